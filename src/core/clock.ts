@@ -1,0 +1,113 @@
+/**
+ * Time is injected: a Clock gives a monotonic `now()` in ms and timers. The system clock uses
+ * performance.now(); the virtual clock moves only when told to, for deterministic simulation.
+ */
+
+export interface Clock {
+  /** Monotonic milliseconds; only differences are meaningful. */
+  now(): number;
+  /** Run `fn` after `ms` milliseconds; returns a function that cancels it. */
+  setTimer(ms: number, fn: () => void): () => void;
+}
+
+/** Resolve after `ms` ms, or reject with the signal's reason when it aborts first. */
+export function sleep(clock: Clock, ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = (): void => {
+      cancel();
+      reject(signal?.reason);
+    };
+    const cancel = clock.setTimer(ms, () => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    });
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+class SystemClock implements Clock {
+  now(): number {
+    return performance.now();
+  }
+  setTimer(ms: number, fn: () => void): () => void {
+    const handle = setTimeout(fn, Math.max(0, ms));
+    return () => clearTimeout(handle);
+  }
+}
+
+export const systemClock: Clock = new SystemClock();
+
+interface VirtualTimer {
+  readonly at: number;
+  readonly seq: number;
+  readonly fn: () => void;
+}
+
+/**
+ * A clock that only moves in `advance`/`runUntil`. Timers fire in (time, creation) order, so a
+ * run is a pure function of its inputs. Between timers it lets pending promise callbacks run,
+ * through the `flush` function it was given (the simulator passes one that yields a macrotask).
+ */
+export class VirtualClock implements Clock {
+  private time: number;
+  private seq = 0;
+  private timers: VirtualTimer[] = [];
+
+  constructor(startMs = 0) {
+    this.time = startMs;
+  }
+
+  now(): number {
+    return this.time;
+  }
+
+  setTimer(ms: number, fn: () => void): () => void {
+    const timer: VirtualTimer = { at: this.time + Math.max(0, ms), seq: this.seq++, fn };
+    // Binary insertion keeps timers sorted by (at, seq).
+    let lo = 0;
+    let hi = this.timers.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      const other = this.timers[mid]!;
+      if (other.at < timer.at || (other.at === timer.at && other.seq < timer.seq)) lo = mid + 1;
+      else hi = mid;
+    }
+    this.timers.splice(lo, 0, timer);
+    return () => {
+      const i = this.timers.indexOf(timer);
+      if (i >= 0) this.timers.splice(i, 1);
+    };
+  }
+
+  /** Number of timers waiting to fire. */
+  get pending(): number {
+    return this.timers.length;
+  }
+
+  /** Time of the next timer, or undefined when none is set. */
+  nextAt(): number | undefined {
+    return this.timers[0]?.at;
+  }
+
+  /**
+   * Fire every timer due up to `untilMs`, in order, calling `flush` after each so that the
+   * promise chains it started settle before the next one fires. Ends with now() = untilMs.
+   */
+  async runUntil(untilMs: number, flush: () => Promise<void>): Promise<void> {
+    await flush();
+    for (;;) {
+      const next = this.timers[0];
+      if (next === undefined || next.at > untilMs) break;
+      this.timers.shift();
+      if (next.at < this.time) throw new Error(`virtual time went back: ${next.at} < ${this.time}`);
+      this.time = next.at;
+      next.fn();
+      await flush();
+    }
+    if (untilMs > this.time) this.time = untilMs;
+  }
+}

@@ -1,0 +1,78 @@
+/**
+ * Lease and term math for stores that read a row, decide and write it back inside one atomic
+ * step (memory, SQLite). Times here are the store's own clock, in ms; callers never pass a
+ * client's clock (safety rule 1).
+ */
+import type { Lease, LeaseMeta } from './types.js';
+
+/** A lease row as kept by a store. `owner` is null once released; the term is kept forever. */
+export interface LeaseRow {
+  readonly name: string;
+  readonly owner: string | null;
+  readonly term: number;
+  readonly expiresAtMs: number;
+  readonly ttlMs: number;
+  readonly meta: LeaseMeta;
+}
+
+export function isLive(row: LeaseRow | undefined | null, nowMs: number): row is LeaseRow & { owner: string } {
+  return row != null && row.owner !== null && row.expiresAtMs > nowMs;
+}
+
+export function toLease(row: LeaseRow & { owner: string }, nowMs: number): Lease {
+  return {
+    name: row.name,
+    owner: row.owner,
+    term: row.term,
+    meta: row.meta,
+    ttlMs: row.ttlMs,
+    remainingMs: Math.max(0, row.expiresAtMs - nowMs),
+  };
+}
+
+export type AcquireDecision =
+  | { readonly acquired: true; readonly row: LeaseRow; readonly newTerm: boolean }
+  | { readonly acquired: false; readonly row: LeaseRow & { owner: string } };
+
+/**
+ * The term bumps on every acquisition that is not a live renewal by the same owner incarnation
+ * (safety rule 4): a free, released or expired lease goes to `owner` with term + 1.
+ */
+export function decideAcquire(
+  current: LeaseRow | undefined | null,
+  name: string,
+  owner: string,
+  ttlMs: number,
+  meta: LeaseMeta,
+  nowMs: number,
+): AcquireDecision {
+  if (isLive(current, nowMs)) {
+    if (current.owner !== owner) return { acquired: false, row: current };
+    return { acquired: true, newTerm: false, row: { ...current, expiresAtMs: nowMs + ttlMs, ttlMs, meta } };
+  }
+  const term = (current?.term ?? 0) + 1;
+  return { acquired: true, newTerm: true, row: { name, owner, term, expiresAtMs: nowMs + ttlMs, ttlMs, meta } };
+}
+
+/** Renew is compare-and-set on owner and term of a live lease (safety rule 6). */
+export function decideRenew(current: LeaseRow | undefined | null, owner: string, term: number, ttlMs: number, nowMs: number): LeaseRow | null {
+  if (!isLive(current, nowMs) || current.owner !== owner || current.term !== term) return null;
+  return { ...current, expiresAtMs: nowMs + ttlMs, ttlMs };
+}
+
+/** Release is compare-and-set on owner and term; the term stays so it never goes back. */
+export function decideRelease(current: LeaseRow | undefined | null, owner: string, term: number, nowMs: number): LeaseRow | null {
+  if (!isLive(current, nowMs) || current.owner !== owner || current.term !== term) return null;
+  return { ...current, owner: null, expiresAtMs: nowMs };
+}
+
+/**
+ * Fencing decision for a write under `term` for lease `name`. `highest` is the highest term
+ * accepted so far for that name, `leaseTerm` the term the store has issued (0 if none).
+ * Returns 'stale' for a term below the highest, 'unissued' for a term the store never issued.
+ */
+export function decideFence(term: number, highest: number, leaseTerm: number): 'ok' | 'stale' | 'unissued' {
+  if (term < highest) return 'stale';
+  if (term > leaseTerm) return 'unissued';
+  return 'ok';
+}

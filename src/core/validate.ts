@@ -1,0 +1,125 @@
+/**
+ * Input checks shared by every store and layer. Each throws InvalidArgumentError naming the
+ * field and the allowed range.
+ */
+import { InvalidArgumentError } from './errors.js';
+import type { FencingToken, LeaseMeta } from './types.js';
+
+export const limits = {
+  nameMaxLength: 200,
+  ownerMaxLength: 200,
+  ttlMinMs: 10,
+  ttlMaxMs: 24 * 60 * 60 * 1000,
+  metaMaxBytes: 16 * 1024,
+  payloadMaxBytes: 1024 * 1024,
+  readLimitDefault: 1000,
+  readLimitMax: 10_000,
+} as const;
+
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+
+function checkText(field: string, value: unknown, max: number): string {
+  if (typeof value !== 'string') throw new InvalidArgumentError(field, `expected a string, got ${typeof value}`);
+  if (value.length === 0) throw new InvalidArgumentError(field, 'must not be empty');
+  if (value.length > max) throw new InvalidArgumentError(field, `must be at most ${max} characters, got ${value.length}`);
+  if (CONTROL.test(value)) throw new InvalidArgumentError(field, 'must not contain control characters');
+  return value;
+}
+
+/** A lease, group or stream name: 1..200 characters, no control characters. */
+export function checkName(field: string, value: unknown): string {
+  return checkText(field, value, limits.nameMaxLength);
+}
+
+/** An owner or node id: 1..200 characters, no control characters. */
+export function checkOwner(field: string, value: unknown): string {
+  return checkText(field, value, limits.ownerMaxLength);
+}
+
+/** An integer number of ms in [min, max]. */
+export function checkMs(field: string, value: unknown, min: number, max: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new InvalidArgumentError(field, `expected an integer number of ms in [${min}, ${max}], got ${String(value)}`);
+  }
+  if (value < min || value > max) {
+    throw new InvalidArgumentError(field, `must be in [${min}, ${max}] ms, got ${value}`);
+  }
+  return value;
+}
+
+/** A lease TTL: an integer in [10 ms, 24 h]. */
+export function checkTtl(field: string, value: unknown): number {
+  return checkMs(field, value, limits.ttlMinMs, limits.ttlMaxMs);
+}
+
+/** A term: a positive safe integer. */
+export function checkTerm(field: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1) {
+    throw new InvalidArgumentError(field, `expected a positive integer term, got ${String(value)}`);
+  }
+  return value;
+}
+
+export function checkToken(field: string, value: unknown): FencingToken {
+  if (typeof value !== 'object' || value === null) throw new InvalidArgumentError(field, 'expected a fencing token { lease, term }');
+  const token = value as Partial<FencingToken>;
+  checkName(`${field}.lease`, token.lease);
+  checkTerm(`${field}.term`, token.term);
+  return token as FencingToken;
+}
+
+/** Serialize meta, enforcing that it is a JSON object of at most 16 KiB. */
+export function encodeMeta(field: string, meta: LeaseMeta | undefined): string {
+  if (meta === undefined) return '{}';
+  if (typeof meta !== 'object' || meta === null || Array.isArray(meta)) {
+    throw new InvalidArgumentError(field, 'expected a JSON object');
+  }
+  let text: string;
+  try {
+    text = JSON.stringify(meta);
+  } catch (err) {
+    throw new InvalidArgumentError(field, `not serializable as JSON (${(err as Error).message})`);
+  }
+  if (Buffer.byteLength(text) > limits.metaMaxBytes) {
+    throw new InvalidArgumentError(field, `must be at most ${limits.metaMaxBytes} bytes as JSON`);
+  }
+  return text;
+}
+
+export function decodeMeta(text: string | null | undefined): LeaseMeta {
+  if (!text) return {};
+  return JSON.parse(text) as LeaseMeta;
+}
+
+export function checkPayload(field: string, value: unknown): string {
+  if (typeof value !== 'string') throw new InvalidArgumentError(field, `expected a string, got ${typeof value}`);
+  if (Buffer.byteLength(value) > limits.payloadMaxBytes) {
+    throw new InvalidArgumentError(field, `must be at most ${limits.payloadMaxBytes} bytes`);
+  }
+  return value;
+}
+
+/** Normalize readStream options: after >= 0, 1 <= limit <= 10000. */
+export function checkReadOptions(options: { after?: number; limit?: number } | undefined): { after: number; limit: number } {
+  const after = options?.after ?? 0;
+  const limit = options?.limit ?? limits.readLimitDefault;
+  if (!Number.isSafeInteger(after) || after < 0) throw new InvalidArgumentError('after', `expected an integer >= 0, got ${String(after)}`);
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > limits.readLimitMax) {
+    throw new InvalidArgumentError('limit', `must be an integer in [1, ${limits.readLimitMax}], got ${String(limit)}`);
+  }
+  return { after, limit };
+}
+
+/**
+ * Parse a duration: `1500`, `1500ms`, `10s`, `2m`, `1h`. Returns ms.
+ * Throws InvalidArgumentError naming `field` on anything else.
+ */
+export function parseDuration(field: string, text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(text.trim());
+  if (!m) throw new InvalidArgumentError(field, `expected a duration such as 1500, 1500ms, 10s or 2m, got '${text}'`);
+  const factor = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 'ms') as 'ms' | 's' | 'm' | 'h'];
+  const ms = Math.round(Number(m[1]) * factor);
+  if (!Number.isSafeInteger(ms)) throw new InvalidArgumentError(field, `duration too large: '${text}'`);
+  return ms;
+}

@@ -1,0 +1,3 @@
+export { LeaderElector } from './leader-elector.js';
+export type { LeaderElectorOptions, LeaderElectorEvents, LeaderContext, LeaderWork, DeposedReason } from './leader-elector.js';
+export { TypedEmitter } from './typed-emitter.js';

@@ -1,0 +1,9 @@
+/**
+ * tenure: leader election, leases, fencing tokens and distributed locks.
+ */
+export * from './core/index.js';
+export * from './election/index.js';
+export * from './locks/index.js';
+export { openStore, parseStoreUrl, TenureStore, DEFAULT_STORE_URL } from './open.js';
+export type { StoreOptions } from './open.js';
+export { MemoryStore } from './stores/memory/index.js';

@@ -1,0 +1,110 @@
+/**
+ * Lock: a lease acquired with waiting, renewed automatically while held, released on dispose.
+ * Built on LeaderElector, so it inherits the deadline rule: `handle.signal` aborts before the
+ * lease could expire if renewals stop succeeding.
+ */
+import { LockTimeoutError, NotLeaderError, checkMs, limits, systemClock } from '../core/index.js';
+import type { Clock, FencingToken, LeaseMeta, Random, Store, TimingOptions } from '../core/index.js';
+import { LeaderElector } from '../election/index.js';
+
+export interface LockOptions extends TimingOptions {
+  /** Stable node id (an incarnation suffix is added). */
+  id?: string;
+  meta?: LeaseMeta;
+  clock?: Clock;
+  random?: Random;
+}
+
+export interface AcquireOptions {
+  /** Give up (reject with the signal's reason) when this aborts. */
+  signal?: AbortSignal;
+  /** Give up with LockTimeoutError after this many ms. Default: wait until acquired or aborted. */
+  waitMs?: number;
+}
+
+export interface LockHandle extends AsyncDisposable {
+  readonly name: string;
+  readonly token: FencingToken;
+  readonly term: number;
+  /** Aborts when the lock is lost (deadline passed without renewal, or taken over). */
+  readonly signal: AbortSignal;
+  /** Release the lock. Idempotent. */
+  release(): Promise<void>;
+}
+
+export class Lock {
+  readonly name: string;
+  private readonly store: Store;
+  private readonly options: LockOptions;
+
+  constructor(store: Store, name: string, options: LockOptions = {}) {
+    this.store = store;
+    this.name = name;
+    this.options = options;
+    // Validate eagerly so bad input fails at construction, not at first acquire.
+    new LeaderElector({ ...options, store, group: name });
+  }
+
+  /** Acquire the lock, waiting as the options allow. */
+  acquire(options: AcquireOptions = {}): Promise<LockHandle> {
+    const { signal, waitMs } = options;
+    if (waitMs !== undefined) checkMs('waitMs', waitMs, 0, limits.ttlMaxMs);
+    const elector = new LeaderElector({ ...this.options, store: this.store, group: this.name });
+    return new Promise<LockHandle>((resolve, reject) => {
+      let settled = false;
+      let cancelTimer = (): void => {};
+      const fail = (err: unknown): void => {
+        if (settled) return;
+        settled = true;
+        cleanup();
+        void elector.stop().then(() => reject(err as Error));
+      };
+      const onAbort = (): void => fail(signal?.reason ?? new LockTimeoutError(this.name, waitMs ?? 0));
+      const cleanup = (): void => {
+        cancelTimer();
+        signal?.removeEventListener('abort', onAbort);
+      };
+      if (signal?.aborted) {
+        reject(signal.reason as Error);
+        return;
+      }
+      signal?.addEventListener('abort', onAbort, { once: true });
+      if (waitMs !== undefined) {
+        cancelTimer = (this.options.clock ?? systemClock).setTimer(waitMs, () => fail(new LockTimeoutError(this.name, waitMs)));
+      }
+      elector.once('elected', ({ token }) => {
+        if (settled) return;
+        settled = true;
+        cleanup();
+        const leaderSignal = elector.signal;
+        if (!leaderSignal) {
+          reject(new NotLeaderError(`lock ${this.name} was lost as it was acquired`));
+          return;
+        }
+        // A lost lock is not re-acquired behind the holder's back: stop campaigning.
+        elector.once('deposed', () => void elector.stop());
+        let released: Promise<void> | null = null;
+        const release = (): Promise<void> => (released ??= elector.stop());
+        resolve({
+          name: this.name,
+          token,
+          term: token.term,
+          signal: leaderSignal,
+          release,
+          [Symbol.asyncDispose]: release,
+        });
+      });
+      elector.start();
+    });
+  }
+
+  /** Acquire, run `fn` with the handle, release whatever happens. */
+  async using<T>(fn: (handle: LockHandle) => Promise<T> | T, options?: AcquireOptions): Promise<T> {
+    const handle = await this.acquire(options);
+    try {
+      return await fn(handle);
+    } finally {
+      await handle.release();
+    }
+  }
+}

@@ -1,0 +1,186 @@
+/**
+ * `memory:` — every lease, fence and stream in one process's memory. For tests, simulation and
+ * single-process use. Expiry follows the injected clock, which is the store's own clock.
+ */
+import {
+  ClosedError,
+  StaleTermError,
+  InvalidArgumentError,
+  checkName,
+  checkOwner,
+  checkPayload,
+  checkReadOptions,
+  checkTerm,
+  checkToken,
+  checkTtl,
+  decideAcquire,
+  decideFence,
+  decideRelease,
+  decideRenew,
+  decodeMeta,
+  encodeMeta,
+  isLive,
+  systemClock,
+  toLease,
+} from '../../core/index.js';
+import type {
+  AcquireResult,
+  Clock,
+  FencingToken,
+  Lease,
+  LeaseMeta,
+  LeaseRow,
+  ReadStreamOptions,
+  RenewResult,
+  Store,
+  StreamEntry,
+  Unsubscribe,
+  WatchListener,
+} from '../../core/index.js';
+
+export interface MemoryStoreOptions {
+  /** The store's clock (default: the system's monotonic clock). */
+  clock?: Clock;
+}
+
+export class MemoryStore implements Store {
+  readonly kind = 'memory';
+  private readonly clock: Clock;
+  private readonly leases = new Map<string, LeaseRow>();
+  private readonly fences = new Map<string, number>();
+  private readonly streams = new Map<string, StreamEntry[]>();
+  private readonly watchers = new Map<string, Set<WatchListener>>();
+  private closed = false;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.clock = options.clock ?? systemClock;
+  }
+
+  acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
+    return this.op(() => {
+      checkName('name', name);
+      checkOwner('owner', owner);
+      checkTtl('ttlMs', ttlMs);
+      const metaCopy = decodeMeta(encodeMeta('meta', meta));
+      const now = this.clock.now();
+      const decision = decideAcquire(this.leases.get(name), name, owner, ttlMs, metaCopy, now);
+      if (!decision.acquired) return { acquired: false, lease: toLease(decision.row, now) };
+      this.leases.set(name, decision.row);
+      const lease = toLease(decision.row as LeaseRow & { owner: string }, now);
+      if (decision.newTerm) this.notify(name, lease);
+      return { acquired: true, lease };
+    });
+  }
+
+  renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
+    return this.op(() => {
+      checkName('name', name);
+      checkOwner('owner', owner);
+      checkTerm('term', term);
+      checkTtl('ttlMs', ttlMs);
+      const now = this.clock.now();
+      const current = this.leases.get(name);
+      const next = decideRenew(current, owner, term, ttlMs, now);
+      if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
+      this.leases.set(name, next);
+      return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+    });
+  }
+
+  release(name: string, owner: string, term: number): Promise<boolean> {
+    return this.op(() => {
+      checkName('name', name);
+      checkOwner('owner', owner);
+      checkTerm('term', term);
+      const next = decideRelease(this.leases.get(name), owner, term, this.clock.now());
+      if (next === null) return false;
+      this.leases.set(name, next);
+      this.notify(name, null);
+      return true;
+    });
+  }
+
+  read(name: string): Promise<Lease | null> {
+    return this.op(() => {
+      checkName('name', name);
+      const now = this.clock.now();
+      const row = this.leases.get(name);
+      return isLive(row, now) ? toLease(row, now) : null;
+    });
+  }
+
+  list(prefix = ''): Promise<Lease[]> {
+    return this.op(() => {
+      const now = this.clock.now();
+      const out: Lease[] = [];
+      for (const row of this.leases.values()) {
+        if (row.name.startsWith(prefix) && isLive(row, now)) out.push(toLease(row, now));
+      }
+      return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    });
+  }
+
+  appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+    return this.op(() => {
+      checkToken('token', token);
+      checkName('stream', stream);
+      checkPayload('payload', payload);
+      const highest = this.fences.get(token.lease) ?? 0;
+      const leaseTerm = this.leases.get(token.lease)?.term ?? 0;
+      const verdict = decideFence(token.term, highest, leaseTerm);
+      if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+      if (verdict === 'unissued') {
+        throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${leaseTerm})`);
+      }
+      this.fences.set(token.lease, token.term);
+      let entries = this.streams.get(stream);
+      if (!entries) this.streams.set(stream, (entries = []));
+      const seq = entries.length + 1;
+      entries.push({ stream, seq, lease: token.lease, term: token.term, payload });
+      return seq;
+    });
+  }
+
+  readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
+    return this.op(() => {
+      checkName('stream', stream);
+      const { after, limit } = checkReadOptions(options);
+      // seq is 1-based and gap-free, so entry `after` sits at index `after`.
+      return (this.streams.get(stream) ?? []).slice(after, after + limit);
+    });
+  }
+
+  watch(name: string, listener: WatchListener): Unsubscribe {
+    checkName('name', name);
+    let set = this.watchers.get(name);
+    if (!set) this.watchers.set(name, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0) this.watchers.delete(name);
+    };
+  }
+
+  close(): Promise<void> {
+    this.closed = true;
+    this.watchers.clear();
+    return Promise.resolve();
+  }
+
+  /** Run `fn` as one atomic step; errors become rejections, as they would from a real store. */
+  private op<T>(fn: () => T): Promise<T> {
+    if (this.closed) return Promise.reject(new ClosedError('memory store'));
+    try {
+      return Promise.resolve(fn());
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  private notify(name: string, lease: Lease | null): void {
+    const set = this.watchers.get(name);
+    if (!set) return;
+    // Deliver after the current step, never inside it, so a listener cannot re-enter the store mid-change.
+    for (const listener of [...set]) queueMicrotask(() => listener(lease));
+  }
+}

@@ -1,0 +1,413 @@
+/**
+ * `sqlite:PATH` — the embedded default: many processes on one host share one database file.
+ *
+ * WAL journal, a busy timeout, every change in one `BEGIN IMMEDIATE` transaction (so the read and
+ * the write that decide a term or a fence cannot interleave with another process), and
+ * `synchronous=FULL` so a committed term survives power loss and never goes back (safety rule 4).
+ * A process killed mid-transaction leaves nothing behind: SQLite rolls the hot journal back.
+ *
+ * Push: other processes' commits are noticed through `PRAGMA data_version`, polled only while
+ * someone watches; a watched lease that runs out is reported too.
+ */
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import {
+  ClosedError,
+  InvalidArgumentError,
+  StaleTermError,
+  StoreUnavailableError,
+  checkMs,
+  checkName,
+  checkOwner,
+  checkPayload,
+  checkReadOptions,
+  checkTerm,
+  checkToken,
+  checkTtl,
+  decideAcquire,
+  decideFence,
+  decideRelease,
+  decideRenew,
+  decodeMeta,
+  encodeMeta,
+  isLive,
+  toLease,
+} from '../../core/index.js';
+import type {
+  AcquireResult,
+  FencingToken,
+  Lease,
+  LeaseMeta,
+  LeaseRow,
+  ReadStreamOptions,
+  RenewResult,
+  Store,
+  StreamEntry,
+  Unsubscribe,
+  WatchListener,
+} from '../../core/index.js';
+import { openDatabase } from './driver.js';
+import type { SqliteDatabase, SqliteDriverName, SqlRow, SqliteStatement } from './driver.js';
+import { hostClock } from './host-clock.js';
+import type { HostClock } from './host-clock.js';
+
+export interface SqliteStoreOptions {
+  /** Database file; created with its directory when missing. */
+  path: string;
+  /** How long a write waits for another process's transaction, ms (default 250). */
+  busyTimeoutMs?: number;
+  /** How often watchers check for other processes' changes, ms (default 20). */
+  pollMs?: number;
+  /** Force a driver; by default node:sqlite when available, else better-sqlite3. */
+  driver?: SqliteDriverName;
+}
+
+const SCHEMA_VERSION = '1';
+
+interface Statements {
+  getLease: SqliteStatement;
+  putLease: SqliteStatement;
+  listLeases: SqliteStatement;
+  getFence: SqliteStatement;
+  putFence: SqliteStatement;
+  lastSeq: SqliteStatement;
+  insertEntry: SqliteStatement;
+  readEntries: SqliteStatement;
+  dataVersion: SqliteStatement;
+}
+
+interface Watched {
+  readonly listeners: Set<WatchListener>;
+  /** What listeners were last told: owner and term of the live lease, or null. */
+  last: { owner: string; term: number; expiresAtMs: number } | null;
+}
+
+export class SqliteStore implements Store {
+  readonly kind = 'sqlite';
+  readonly path: string;
+  readonly driver: SqliteDriverName;
+  private readonly db: SqliteDatabase;
+  private readonly clock: HostClock;
+  private readonly st: Statements;
+  private readonly pollMs: number;
+  private readonly watched = new Map<string, Watched>();
+  private pollTimer: NodeJS.Timeout | null = null;
+  private lastDataVersion = -1;
+  private closed = false;
+
+  constructor(options: SqliteStoreOptions) {
+    if (typeof options.path !== 'string' || options.path.length === 0) {
+      throw new InvalidArgumentError('path', 'expected a database file path, such as ./.tenure/tenure.db');
+    }
+    const busyTimeoutMs = checkMs('busyTimeoutMs', options.busyTimeoutMs ?? 250, 0, 60_000);
+    this.pollMs = checkMs('pollMs', options.pollMs ?? 20, 1, 60_000);
+    this.path = options.path === ':memory:' ? options.path : resolve(options.path);
+    if (this.path !== ':memory:') mkdirSync(dirname(this.path), { recursive: true });
+    this.clock = hostClock();
+    let opened: ReturnType<typeof openDatabase>;
+    try {
+      opened = openDatabase(this.path, options.driver);
+    } catch (err) {
+      if (err instanceof Error && 'code' in err && err.code === 'DRIVER_MISSING') throw err;
+      throw new StoreUnavailableError(`sqlite store: cannot open ${this.path}: ${(err as Error).message}`, { cause: err });
+    }
+    this.db = opened.db;
+    this.driver = opened.driver;
+    try {
+      this.db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
+      this.db.exec('PRAGMA journal_mode = WAL');
+      this.db.exec('PRAGMA synchronous = FULL');
+      this.migrate();
+      this.st = this.prepare();
+    } catch (err) {
+      this.db.close();
+      throw new StoreUnavailableError(`sqlite store: cannot set up ${this.path}: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTtl('ttlMs', ttlMs);
+    const metaText = encodeMeta('meta', meta);
+    const metaValue = decodeMeta(metaText);
+    return this.write(() => {
+      const now = this.clock.now();
+      const decision = decideAcquire(this.getRow(name), name, owner, ttlMs, metaValue, now);
+      if (!decision.acquired) return { acquired: false, lease: toLease(decision.row, now) };
+      this.putRow(decision.row);
+      return { acquired: true, lease: toLease(decision.row as LeaseRow & { owner: string }, now) };
+    }, (result) => this.notifyLocal(name, result.acquired ? result.lease : null, result.acquired));
+  }
+
+  renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTerm('term', term);
+    checkTtl('ttlMs', ttlMs);
+    return this.write(() => {
+      const now = this.clock.now();
+      const current = this.getRow(name);
+      const next = decideRenew(current, owner, term, ttlMs, now);
+      if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
+      this.putRow(next);
+      return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+    });
+  }
+
+  release(name: string, owner: string, term: number): Promise<boolean> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTerm('term', term);
+    return this.write(() => {
+      const next = decideRelease(this.getRow(name), owner, term, this.clock.now());
+      if (next === null) return false;
+      this.putRow(next);
+      return true;
+    }, (released) => released && this.notifyLocal(name, null, true));
+  }
+
+  read(name: string): Promise<Lease | null> {
+    checkName('name', name);
+    return this.query(() => {
+      const now = this.clock.now();
+      const row = this.getRow(name);
+      return isLive(row, now) ? toLease(row, now) : null;
+    });
+  }
+
+  list(prefix = ''): Promise<Lease[]> {
+    if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
+    return this.query(() => {
+      const now = this.clock.now();
+      const out: Lease[] = [];
+      // Prefix match by range so user text is never a LIKE pattern.
+      for (const r of this.st.listLeases.all(prefix, now)) {
+        const row = rowToLease(r);
+        if (row.name.startsWith(prefix) && isLive(row, now)) out.push(toLease(row, now));
+      }
+      return out;
+    });
+  }
+
+  appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+    checkToken('token', token);
+    checkName('stream', stream);
+    checkPayload('payload', payload);
+    return this.write(() => {
+      const highest = Number(this.st.getFence.get(token.lease)?.max_term ?? 0);
+      const leaseTerm = this.getRow(token.lease)?.term ?? 0;
+      const verdict = decideFence(token.term, highest, leaseTerm);
+      if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+      if (verdict === 'unissued') {
+        throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${leaseTerm})`);
+      }
+      if (token.term > highest) this.st.putFence.run(token.lease, token.term);
+      const seq = Number(this.st.lastSeq.get(stream)?.seq ?? 0) + 1;
+      this.st.insertEntry.run(stream, seq, token.lease, token.term, payload);
+      return seq;
+    });
+  }
+
+  readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
+    checkName('stream', stream);
+    const { after, limit } = checkReadOptions(options);
+    return this.query(() =>
+      this.st.readEntries.all(stream, after, limit).map((r) => ({
+        stream,
+        seq: Number(r.seq),
+        lease: String(r.lease),
+        term: Number(r.term),
+        payload: String(r.payload),
+      })),
+    );
+  }
+
+  watch(name: string, listener: WatchListener): Unsubscribe {
+    checkName('name', name);
+    if (this.closed) throw new ClosedError('sqlite store');
+    let w = this.watched.get(name);
+    if (!w) {
+      const row = this.getRow(name);
+      const now = this.clock.now();
+      w = { listeners: new Set(), last: isLive(row, now) ? { owner: row.owner, term: row.term, expiresAtMs: row.expiresAtMs } : null };
+      this.watched.set(name, w);
+    }
+    w.listeners.add(listener);
+    this.startPolling();
+    const entry = w;
+    return () => {
+      entry.listeners.delete(listener);
+      if (entry.listeners.size === 0) this.watched.delete(name);
+      if (this.watched.size === 0) this.stopPolling();
+    };
+  }
+
+  close(): Promise<void> {
+    if (!this.closed) {
+      this.closed = true;
+      this.stopPolling();
+      this.watched.clear();
+      this.db.close();
+    }
+    return Promise.resolve();
+  }
+
+  // ---- internals ------------------------------------------------------------------------
+
+  private migrate(): void {
+    this.transaction(() => {
+      this.db.exec(`
+        CREATE TABLE IF NOT EXISTS tenure_schema (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS tenure_leases (
+          name TEXT PRIMARY KEY, owner TEXT, term INTEGER NOT NULL, expires_at REAL NOT NULL,
+          ttl_ms INTEGER NOT NULL, meta TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS tenure_fences (name TEXT PRIMARY KEY, max_term INTEGER NOT NULL);
+        CREATE TABLE IF NOT EXISTS tenure_streams (
+          stream TEXT NOT NULL, seq INTEGER NOT NULL, lease TEXT NOT NULL, term INTEGER NOT NULL,
+          payload TEXT NOT NULL, PRIMARY KEY (stream, seq));`);
+      const version = this.db.prepare("SELECT value FROM tenure_schema WHERE key = 'version'").get();
+      if (version && version.value !== SCHEMA_VERSION) {
+        throw new Error(`database schema version ${String(version.value)} is not ${SCHEMA_VERSION}; upgrade tenure`);
+      }
+      this.db.prepare("INSERT OR REPLACE INTO tenure_schema (key, value) VALUES ('version', ?)").run(SCHEMA_VERSION);
+      const epoch = this.db.prepare("SELECT value FROM tenure_schema WHERE key = 'clock'").get();
+      if (!epoch || epoch.value !== this.clock.epoch) {
+        // Expiry times from another clock epoch (an earlier boot) mean nothing now: expire them all.
+        // Terms are kept, so they still never go back.
+        this.db.prepare('UPDATE tenure_leases SET expires_at = 0').run();
+        this.db.prepare("INSERT OR REPLACE INTO tenure_schema (key, value) VALUES ('clock', ?)").run(this.clock.epoch);
+      }
+    });
+  }
+
+  private prepare(): Statements {
+    const p = (sql: string): SqliteStatement => this.db.prepare(sql);
+    return {
+      getLease: p('SELECT name, owner, term, expires_at, ttl_ms, meta FROM tenure_leases WHERE name = ?'),
+      putLease: p(
+        `INSERT INTO tenure_leases (name, owner, term, expires_at, ttl_ms, meta) VALUES (?, ?, ?, ?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, term = excluded.term,
+           expires_at = excluded.expires_at, ttl_ms = excluded.ttl_ms, meta = excluded.meta`,
+      ),
+      listLeases: p(
+        'SELECT name, owner, term, expires_at, ttl_ms, meta FROM tenure_leases WHERE name >= ? AND owner IS NOT NULL AND expires_at > ? ORDER BY name',
+      ),
+      getFence: p('SELECT max_term FROM tenure_fences WHERE name = ?'),
+      putFence: p('INSERT INTO tenure_fences (name, max_term) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET max_term = excluded.max_term'),
+      lastSeq: p('SELECT max(seq) AS seq FROM tenure_streams WHERE stream = ?'),
+      insertEntry: p('INSERT INTO tenure_streams (stream, seq, lease, term, payload) VALUES (?, ?, ?, ?, ?)'),
+      readEntries: p('SELECT seq, lease, term, payload FROM tenure_streams WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?'),
+      dataVersion: p('PRAGMA data_version'),
+    };
+  }
+
+  private getRow(name: string): LeaseRow | undefined {
+    const r = this.st.getLease.get(name);
+    return r ? rowToLease(r) : undefined;
+  }
+
+  private putRow(row: LeaseRow): void {
+    const invariant = this.getRow(row.name);
+    // Safety rule 4, asserted where it is maintained: a term never goes back.
+    if (invariant && row.term < invariant.term) throw new Error(`term went back for ${row.name}: ${row.term} < ${invariant.term}`);
+    this.st.putLease.run(row.name, row.owner, row.term, row.expiresAtMs, row.ttlMs, JSON.stringify(row.meta));
+  }
+
+  private transaction<T>(fn: () => T): T {
+    this.db.exec('BEGIN IMMEDIATE');
+    let result: T;
+    try {
+      result = fn();
+    } catch (err) {
+      this.db.exec('ROLLBACK');
+      throw err;
+    }
+    this.db.exec('COMMIT');
+    return result;
+  }
+
+  /** One write transaction; driver failures become StoreUnavailableError (nothing was committed). */
+  private write<T>(fn: () => T, after?: (result: T) => void): Promise<T> {
+    if (this.closed) return Promise.reject(new ClosedError('sqlite store'));
+    try {
+      const result = this.transaction(fn);
+      after?.(result);
+      return Promise.resolve(result);
+    } catch (err) {
+      return Promise.reject(this.translate(err));
+    }
+  }
+
+  private query<T>(fn: () => T): Promise<T> {
+    if (this.closed) return Promise.reject(new ClosedError('sqlite store'));
+    try {
+      return Promise.resolve(fn());
+    } catch (err) {
+      return Promise.reject(this.translate(err));
+    }
+  }
+
+  private translate(err: unknown): Error {
+    if (err instanceof Error && 'code' in err && typeof err.code === 'string' && !err.code.startsWith('SQLITE') && !err.code.startsWith('ERR_SQLITE')) {
+      return err; // our own typed errors
+    }
+    const message = err instanceof Error ? err.message : String(err);
+    return new StoreUnavailableError(`sqlite store ${this.path}: ${message}`, { cause: err });
+  }
+
+  private notifyLocal(name: string, lease: Lease | null, changed: boolean): void {
+    if (!changed) return;
+    const w = this.watched.get(name);
+    if (!w) return;
+    const now = this.clock.now();
+    w.last = lease ? { owner: lease.owner, term: lease.term, expiresAtMs: now + lease.remainingMs } : null;
+    for (const l of [...w.listeners]) queueMicrotask(() => l(lease));
+  }
+
+  private startPolling(): void {
+    if (this.pollTimer || this.closed) return;
+    this.pollTimer = setInterval(() => this.poll(), this.pollMs);
+    this.pollTimer.unref();
+  }
+
+  private stopPolling(): void {
+    if (this.pollTimer) clearInterval(this.pollTimer);
+    this.pollTimer = null;
+  }
+
+  private poll(): void {
+    if (this.closed) return;
+    try {
+      const version = Number(this.st.dataVersion.get()?.data_version ?? 0);
+      const changed = version !== this.lastDataVersion;
+      this.lastDataVersion = version;
+      const now = this.clock.now();
+      for (const [name, w] of this.watched) {
+        const expired = w.last !== null && w.last.expiresAtMs <= now;
+        if (!changed && !expired) continue;
+        const row = this.getRow(name);
+        const live = isLive(row, now) ? row : null;
+        const before = w.last;
+        w.last = live ? { owner: live.owner, term: live.term, expiresAtMs: live.expiresAtMs } : null;
+        if (before === null && live === null) continue;
+        if (before !== null && live !== null && before.owner === live.owner && before.term === live.term) continue; // a renewal
+        const lease = live ? toLease(live, now) : null;
+        for (const l of [...w.listeners]) l(lease);
+      }
+    } catch {
+      // A busy or failing database is retried on the next tick; callers see errors on their own calls.
+    }
+  }
+}
+
+function rowToLease(r: SqlRow): LeaseRow {
+  return {
+    name: String(r.name),
+    owner: r.owner === null || r.owner === undefined ? null : String(r.owner),
+    term: Number(r.term),
+    expiresAtMs: Number(r.expires_at),
+    ttlMs: Number(r.ttl_ms),
+    meta: decodeMeta(r.meta === null || r.meta === undefined ? null : String(r.meta)),
+  };
+}

@@ -90,6 +90,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private knownLeader: { owner: string | null; term: number } = { owner: null, term: 0 };
   private loop: Promise<void> | null = null;
   private stopping = false;
+  private readonly stopController = new AbortController();
   private wakeUp: (() => void) | null = null;
   private unwatch: Unsubscribe | null = null;
   private resignUntil = 0;
@@ -191,6 +192,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       return;
     }
     this.stopping = true;
+    this.stopController.abort();
     this.unwatch?.();
     this.unwatch = null;
     const l = this.leadership;
@@ -222,10 +224,16 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       return;
     }
     const sentAt = this.clock.now();
+    const pending = this.store.acquire(this.group, this.owner, this.timing.ttlMs, this.meta);
     let result;
     try {
-      result = await this.call('acquire', this.store.acquire(this.group, this.owner, this.timing.ttlMs, this.meta));
+      result = await this.call('acquire', pending);
     } catch (err) {
+      if (this.stopping) {
+        // stop() did not wait for this call; if it lands as a win later, give the lease back.
+        void pending.then((r) => (r.acquired ? this.releaseQuietly(r.lease.term) : undefined), () => {});
+        return;
+      }
       this.emit('store-error', { operation: 'acquire', error: err as Error });
       await this.pause(this.timing.retryMs);
       return;
@@ -267,10 +275,13 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   }
 
   private async leadTurn(l: Leadership): Promise<void> {
-    // Renew on the interval, but never later than leaves a retry before the deadline.
+    // Renew on the interval, but early enough to leave one retry before the deadline. After a
+    // failure, retry every retryMs (never a zero wait: a store failing at once must not spin).
     const untilDeadline = l.deadline - this.clock.now();
-    const interval = this.renewFailing ? this.timing.retryMs : this.timing.renewIntervalMs;
-    await this.pause(Math.max(0, Math.min(interval, untilDeadline - this.timing.retryMs)));
+    const wait = this.renewFailing
+      ? this.timing.retryMs
+      : Math.max(0, Math.min(this.timing.renewIntervalMs, untilDeadline - this.timing.retryMs));
+    await this.pause(wait);
     if (this.leadership !== l || this.stopping) return;
     const sentAt = this.clock.now();
     let result;
@@ -370,19 +381,33 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     }
   }
 
-  /** Race a store call against the request timeout; a timeout is "maybe" (safety rule 3). */
+  /**
+   * Race a store call against the request timeout (a timeout is "maybe", safety rule 3) and
+   * against stop(), which must not wait for a store that does not answer.
+   */
   private call<T>(operation: string, promise: Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const cancel = this.clock.setTimer(this.timing.requestTimeoutMs, () =>
-        reject(new StoreUnavailableError(`${this.store.kind} store: no answer to ${operation} of ${this.group} within ${this.timing.requestTimeoutMs} ms`)),
-      );
+      const stopped = this.stopController.signal;
+      const done = (): void => {
+        cancel();
+        stopped.removeEventListener('abort', onStop);
+      };
+      const onStop = (): void => {
+        done();
+        reject(new StoreUnavailableError(`${operation} of ${this.group} abandoned: elector stopped`));
+      };
+      const cancel = this.clock.setTimer(this.timing.requestTimeoutMs, () => {
+        done();
+        reject(new StoreUnavailableError(`${this.store.kind} store: no answer to ${operation} of ${this.group} within ${this.timing.requestTimeoutMs} ms`));
+      });
+      if (operation !== 'release') stopped.addEventListener('abort', onStop, { once: true });
       promise.then(
         (v) => {
-          cancel();
+          done();
           resolve(v);
         },
         (err: unknown) => {
-          cancel();
+          done();
           reject(err as Error);
         },
       );

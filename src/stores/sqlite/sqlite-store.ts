@@ -125,7 +125,7 @@ export class SqliteStore implements Store {
     }
   }
 
-  acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
+  async acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
@@ -140,7 +140,7 @@ export class SqliteStore implements Store {
     }, (result) => this.notifyLocal(name, result.acquired ? result.lease : null, result.acquired));
   }
 
-  renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
+  async renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTerm('term', term);
@@ -155,7 +155,7 @@ export class SqliteStore implements Store {
     });
   }
 
-  release(name: string, owner: string, term: number): Promise<boolean> {
+  async release(name: string, owner: string, term: number): Promise<boolean> {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTerm('term', term);
@@ -167,7 +167,7 @@ export class SqliteStore implements Store {
     }, (released) => released && this.notifyLocal(name, null, true));
   }
 
-  read(name: string): Promise<Lease | null> {
+  async read(name: string): Promise<Lease | null> {
     checkName('name', name);
     return this.query(() => {
       const now = this.clock.now();
@@ -176,7 +176,7 @@ export class SqliteStore implements Store {
     });
   }
 
-  list(prefix = ''): Promise<Lease[]> {
+  async list(prefix = ''): Promise<Lease[]> {
     if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
     return this.query(() => {
       const now = this.clock.now();
@@ -190,7 +190,7 @@ export class SqliteStore implements Store {
     });
   }
 
-  appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
@@ -209,7 +209,7 @@ export class SqliteStore implements Store {
     });
   }
 
-  readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
+  async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
     return this.query(() =>

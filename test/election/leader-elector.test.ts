@@ -1,0 +1,276 @@
+import { describe, expect, it } from 'vitest';
+import { InvalidArgumentError, SeededRandom, StoreUnavailableError, VirtualClock } from '../../src/core/index.js';
+import type { Store } from '../../src/core/index.js';
+import { LeaderElector } from '../../src/election/index.js';
+import { MemoryStore } from '../../src/stores/memory/index.js';
+
+const flush = () => new Promise<void>((r) => setImmediate(r));
+
+function world() {
+  const clock = new VirtualClock();
+  const store = new MemoryStore({ clock });
+  const random = new SeededRandom(7);
+  const advance = (ms: number) => clock.runUntil(clock.now() + ms, flush);
+  const elector = (id: string, s: Store = store, ttlMs = 1000) =>
+    new LeaderElector({ store: s, group: 'g', id, ttlMs, clock, random });
+  return { clock, store, advance, elector };
+}
+
+type Fault = 'none' | 'lost-reply' | 'crashed';
+
+/**
+ * A node's view of the store under a fault: 'lost-reply' applies each call but never answers;
+ * 'crashed' neither applies nor answers (the node's process is gone).
+ */
+function faulty(inner: Store, mode: { fault: Fault }): Store {
+  const wrap =
+    <A extends unknown[], R>(fn: (...args: A) => Promise<R>) =>
+    (...args: A): Promise<R> => {
+      if (mode.fault === 'none') return fn.apply(inner, args);
+      if (mode.fault === 'lost-reply') void fn.apply(inner, args).catch(() => {});
+      return new Promise<R>(() => {});
+    };
+  return {
+    kind: inner.kind,
+    acquire: wrap(inner.acquire),
+    renew: wrap(inner.renew),
+    release: wrap(inner.release),
+    read: wrap(inner.read),
+    list: wrap(inner.list),
+    appendFenced: wrap(inner.appendFenced),
+    readStream: wrap(inner.readStream),
+    watch: (name, listener) => inner.watch!(name, (lease) => mode.fault === 'none' && listener(lease)),
+    close: () => inner.close(),
+  };
+}
+
+describe('LeaderElector timing options', () => {
+  const store = new MemoryStore();
+  it('uses documented defaults: ttl 10 s, renew ttl/3, margin ttl/10', () => {
+    const e = new LeaderElector({ store, group: 'g' });
+    expect(e.timing).toMatchObject({ ttlMs: 10_000, renewIntervalMs: 3333, marginMs: 1000 });
+  });
+  it('rejects a renew interval that does not leave time before the deadline, naming the field', () => {
+    expect(() => new LeaderElector({ store, group: 'g', ttlMs: 1000, marginMs: 100, renewIntervalMs: 900 })).toThrow(
+      /^renewIntervalMs: must be < ttlMs - marginMs = 900/,
+    );
+  });
+  it('rejects a margin not below the TTL and a bad group', () => {
+    expect(() => new LeaderElector({ store, group: 'g', ttlMs: 1000, marginMs: 1000 })).toThrow(InvalidArgumentError);
+    expect(() => new LeaderElector({ store, group: 'g', ttlMs: 5 })).toThrow(/^ttlMs: must be in \[10, 86400000\]/);
+    expect(() => new LeaderElector({ store, group: '' })).toThrow(/^group: must not be empty/);
+  });
+});
+
+describe('LeaderElector', () => {
+  it('elects the first node with term 1 and gives its work a signal, the term and the token', async () => {
+    const w = world();
+    const a = w.elector('a');
+    const seen: unknown[] = [];
+    void a.runWhileLeader(({ term, token, signal }) => {
+      seen.push({ term, token, aborted: signal.aborted });
+    });
+    await w.advance(1);
+    expect(a.isLeader).toBe(true);
+    expect(a.term).toBe(1);
+    expect(seen).toEqual([{ term: 1, token: { lease: 'g', term: 1 }, aborted: false }]);
+    await a.stop();
+  });
+
+  it('keeps leadership across renewals while the store answers', async () => {
+    const w = world();
+    const a = w.elector('a');
+    let renewals = 0;
+    a.on('renewed', () => renewals++);
+    a.start();
+    await w.advance(10_000);
+    expect(a.isLeader).toBe(true);
+    expect(a.term).toBe(1);
+    expect(renewals).toBeGreaterThanOrEqual(29);
+    await a.stop();
+  });
+
+  it('ends leadership at send time + ttl - margin when renewals get no reply, though the store applied them', async () => {
+    const w = world();
+    const mode = { fault: 'none' as Fault };
+    const a = w.elector('a', faulty(w.store, mode));
+    let abortedAt: number | null = null;
+    const deposed: string[] = [];
+    a.on('deposed', ({ reason }) => deposed.push(reason));
+    void a.runWhileLeader(({ signal }) => {
+      signal.addEventListener('abort', () => (abortedAt ??= w.clock.now()));
+    });
+    await w.advance(1);
+    expect(a.isLeader).toBe(true);
+    const electedSentAt = 0;
+    mode.fault = 'lost-reply';
+    await w.advance(5000);
+    // Deadline from the acquire sent at t=0: 0 + 1000 - 100 = 900, however the store answered.
+    expect(abortedAt).toBe(electedSentAt + 900);
+    expect(deposed[0]).toBe('deadline');
+    await a.stop();
+  });
+
+  it('hands over to a waiting node at once when the leader stops (push)', async () => {
+    const w = world();
+    const a = w.elector('a');
+    const b = w.elector('b');
+    a.start();
+    await w.advance(1);
+    b.start();
+    await w.advance(100);
+    expect(b.isLeader).toBe(false);
+    const stoppedAt = w.clock.now();
+    let electedAt: number | null = null;
+    b.on('elected', () => (electedAt = w.clock.now()));
+    await a.stop();
+    await w.advance(5);
+    expect(electedAt).toBe(stoppedAt);
+    expect(b.term).toBe(2);
+    await b.stop();
+  });
+
+  it('takes over from a crashed leader about one TTL after its last renewal, not a polling period later', async () => {
+    const w = world();
+    const mode = { fault: 'none' as Fault };
+    const a = w.elector('a', faulty(w.store, mode));
+    const b = w.elector('b');
+    a.start();
+    await w.advance(1);
+    b.start();
+    await w.advance(2000);
+    // a "crashes": from now on its renewals never reach the store.
+    const lastRenewal = (await w.store.read('g'))!;
+    const crashedAt = w.clock.now();
+    mode.fault = 'crashed';
+    let electedAt = 0;
+    b.on('elected', () => (electedAt = w.clock.now()));
+    await w.advance(3000);
+    expect(b.isLeader).toBe(true);
+    expect(b.term).toBe(2);
+    const expiry = crashedAt + lastRenewal.remainingMs;
+    expect(electedAt).toBeGreaterThan(expiry);
+    // Candidates wake at the reported expiry (+1 ms and < 20 ms jitter), not a polling period later.
+    expect(electedAt - expiry).toBeLessThanOrEqual(25);
+    await a.stop();
+    await b.stop();
+  });
+
+  it('deposes with reason "lost" when the store refuses the renew', async () => {
+    const w = world();
+    const a = w.elector('a');
+    a.start();
+    await w.advance(1);
+    // Someone with authority took the lease over (e.g. an operator release + acquire).
+    await w.store.release('g', a.owner, 1);
+    await w.store.acquire('g', 'intruder~1', 5000);
+    const reasons: string[] = [];
+    a.on('deposed', ({ reason, holder }) => reasons.push(`${reason}:${holder?.owner}`));
+    await w.advance(400);
+    expect(reasons).toEqual(['lost:intruder~1']);
+    expect(a.isLeader).toBe(false);
+    await a.stop();
+  });
+
+  it('treats a failing store as "maybe": retries, then steps down at the deadline', async () => {
+    const w = world();
+    let failing = false;
+    const s = new Proxy(w.store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) =>
+          failing ? Promise.reject(new StoreUnavailableError('down')) : (v as (...a: unknown[]) => unknown).apply(target, args);
+      },
+    });
+    const a = w.elector('a', s);
+    const failures: number[] = [];
+    a.on('renew-failed', () => failures.push(w.clock.now()));
+    a.start();
+    await w.advance(1);
+    failing = true;
+    await w.advance(2000);
+    expect(failures.length).toBeGreaterThan(3);
+    expect(a.isLeader).toBe(false);
+    failing = false;
+    await w.advance(2000);
+    expect(a.isLeader).toBe(true);
+    await a.stop();
+  });
+
+  it('resigns when leader work fails, so another node can lead', async () => {
+    const w = world();
+    const a = w.elector('a');
+    const b = w.elector('b');
+    const errors: string[] = [];
+    a.on('work-error', ({ error }) => errors.push(error.message));
+    void a.runWhileLeader(() => {
+      throw new Error('job crashed');
+    });
+    await w.advance(1);
+    b.start();
+    await w.advance(50);
+    expect(errors).toEqual(['job crashed']);
+    expect(b.isLeader).toBe(true);
+    expect(a.isLeader).toBe(false);
+    await a.stop();
+    await b.stop();
+  });
+
+  it('waits for aborted work to settle before releasing on stop', async () => {
+    const w = world();
+    const a = w.elector('a');
+    const order: string[] = [];
+    void a.runWhileLeader(
+      ({ signal }) =>
+        new Promise<void>((resolve) =>
+          signal.addEventListener('abort', () => {
+            order.push('work aborted');
+            void Promise.resolve().then(() => {
+              order.push('work settled');
+              resolve();
+            });
+          }),
+        ),
+    );
+    await w.advance(1);
+    w.store.watch('g', (l) => l === null && order.push('released'));
+    await a.stop();
+    await w.advance(1);
+    expect(order).toEqual(['work aborted', 'work settled', 'released']);
+  });
+
+  it('reports leader changes to followers, with the meta the leader published', async () => {
+    const w = world();
+    const a = new LeaderElector({ store: w.store, group: 'g', id: 'a', ttlMs: 1000, meta: { url: 'http://a:8080' }, clock: w.clock });
+    const b = w.elector('b');
+    const changes: unknown[] = [];
+    b.on('leader-changed', (c) => changes.push(c));
+    a.start();
+    await w.advance(1);
+    b.start();
+    await w.advance(10);
+    expect(changes).toEqual([{ owner: a.owner, term: 1, meta: { url: 'http://a:8080' } }]);
+    expect(await b.leader()).toMatchObject({ owner: a.owner, meta: { url: 'http://a:8080' } });
+    await a.stop();
+    await b.stop();
+  });
+
+  it('reports unhealthy when a leader has not renewed well past its interval', async () => {
+    const w = world();
+    const mode = { fault: 'none' as Fault };
+    const a = w.elector('a', faulty(w.store, mode));
+    a.start();
+    await w.advance(1);
+    expect(a.health().ok).toBe(true);
+    mode.fault = 'crashed';
+    // Still leader until the deadline at 900; by then 900 ms passed since the last renew > 333 + 333.
+    await w.advance(850);
+    expect(a.isLeader).toBe(true);
+    expect(a.health()).toMatchObject({ ok: false, isLeader: true });
+    // stop() waits for the release up to the request timeout, then gives up (the lease expires).
+    const stopped = a.stop();
+    await w.advance(1000);
+    await stopped;
+  });
+});

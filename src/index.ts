@@ -7,3 +7,6 @@ export * from './locks/index.js';
 export { openStore, parseStoreUrl, TenureStore, DEFAULT_STORE_URL } from './open.js';
 export type { StoreOptions } from './open.js';
 export { MemoryStore } from './stores/memory/index.js';
+export { collectMetrics } from './observe/index.js';
+export type { MetricsOptions } from './observe/index.js';
+export type { TenureStoreEvents } from './open.js';

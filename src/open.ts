@@ -2,7 +2,8 @@
  * openStore: a Store from a URL (`memory:`, `sqlite:PATH`, ...) or options, with `lock()` added.
  * Drivers are loaded only when their store is used.
  */
-import { InvalidArgumentError } from './core/index.js';
+import { InvalidArgumentError, StaleTermError } from './core/index.js';
+import { TypedEmitter } from './election/index.js';
 import type { AcquireResult, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewResult, Store, StreamEntry, Unsubscribe, WatchListener } from './core/index.js';
 import { Lock } from './locks/index.js';
 import type { LockOptions } from './locks/index.js';
@@ -55,12 +56,18 @@ export async function openStore(target: string | StoreOptions = DEFAULT_STORE_UR
   return new TenureStore(backend);
 }
 
+export interface TenureStoreEvents {
+  /** A fenced write was refused because a newer term had written (safety rule 7). */
+  'fenced-rejected': { error: StaleTermError; stream: string };
+}
+
 /** A Store with the library's conveniences on top; every Store call goes to the backend as is. */
-export class TenureStore implements Store, AsyncDisposable {
+export class TenureStore extends TypedEmitter<TenureStoreEvents> implements Store, AsyncDisposable {
   readonly backend: Store;
   readonly watch?: (name: string, listener: WatchListener) => Unsubscribe;
 
   constructor(backend: Store) {
+    super();
     this.backend = backend;
     if (backend.watch) this.watch = (name, listener) => backend.watch!(name, listener);
   }
@@ -89,8 +96,13 @@ export class TenureStore implements Store, AsyncDisposable {
   list(prefix?: string): Promise<Lease[]> {
     return this.backend.list(prefix);
   }
-  appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
-    return this.backend.appendFenced(token, stream, payload);
+  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+    try {
+      return await this.backend.appendFenced(token, stream, payload);
+    } catch (err) {
+      if (err instanceof StaleTermError) this.emit('fenced-rejected', { error: err, stream });
+      throw err;
+    }
   }
   readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     return this.backend.readStream(stream, options);

@@ -1,0 +1,2 @@
+export { collectMetrics } from './metrics.js';
+export type { MetricsOptions } from './metrics.js';

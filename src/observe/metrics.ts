@@ -1,0 +1,101 @@
+/**
+ * Prometheus metrics through prom-client, when the user has it installed (optional peer
+ * dependency). The same facts are always available as LeaderElector and TenureStore events.
+ *
+ *   tenure_is_leader{group}                 1 while this node leads the group
+ *   tenure_term{group}                      term of the current leadership (last one held)
+ *   tenure_renew_latency_seconds{group}     histogram of successful renew round trips
+ *   tenure_renew_failures_total{group}      renewals that failed or got no answer
+ *   tenure_leadership_changes_total{group}  elections and depositions of this node
+ *   tenure_fenced_rejections_total{lease}   fenced writes refused as stale
+ */
+import { createRequire } from 'node:module';
+import { DriverMissingError } from '../core/index.js';
+import type { LeaderElector } from '../election/index.js';
+import type { TenureStore } from '../open.js';
+
+interface Labeled<T> {
+  labels(labels: Record<string, string>): T;
+}
+interface GaugeChild {
+  set(value: number): void;
+}
+interface CounterChild {
+  inc(value?: number): void;
+}
+interface HistogramChild {
+  observe(value: number): void;
+}
+interface MetricCtor<T> {
+  new (config: { name: string; help: string; labelNames: string[]; registers: unknown[]; buckets?: number[] }): Labeled<T>;
+}
+interface PromClient {
+  Gauge: MetricCtor<GaugeChild>;
+  Counter: MetricCtor<CounterChild>;
+  Histogram: MetricCtor<HistogramChild>;
+  register: Registry;
+}
+interface Registry {
+  getSingleMetric(name: string): unknown;
+}
+
+export interface MetricsOptions {
+  /** A prom-client Registry; default: prom-client's global registry. */
+  registry?: Registry;
+}
+
+function loadPromClient(): PromClient {
+  try {
+    return createRequire(import.meta.url)('prom-client') as PromClient;
+  } catch {
+    throw new DriverMissingError('prom-client', 'metrics');
+  }
+}
+
+function metric<T>(client: PromClient, registry: Registry, Ctor: MetricCtor<T>, name: string, help: string, labelNames: string[], buckets?: number[]): Labeled<T> {
+  const existing = registry.getSingleMetric(name);
+  if (existing) return existing as Labeled<T>;
+  return new Ctor({ name, help, labelNames, registers: [registry], ...(buckets ? { buckets } : {}) });
+}
+
+/**
+ * Publish an elector's state and a store's fenced rejections as Prometheus metrics.
+ * Returns a function that stops updating them. Throws DriverMissingError without prom-client.
+ */
+export function collectMetrics(sources: { elector?: LeaderElector; store?: TenureStore }, options: MetricsOptions = {}): () => void {
+  const client = loadPromClient();
+  const registry = options.registry ?? client.register;
+  const stops: (() => void)[] = [];
+  const { elector, store } = sources;
+  if (elector) {
+    const group = { group: elector.group };
+    const isLeader = metric(client, registry, client.Gauge, 'tenure_is_leader', '1 while this node leads the group', ['group']).labels(group);
+    const term = metric(client, registry, client.Gauge, 'tenure_term', 'Term of the current or last leadership', ['group']).labels(group);
+    const latency = metric(client, registry, client.Histogram, 'tenure_renew_latency_seconds', 'Successful renew round trips', ['group'], [
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+    ]).labels(group);
+    const failures = metric(client, registry, client.Counter, 'tenure_renew_failures_total', 'Renewals that failed or got no answer', ['group']).labels(group);
+    const changes = metric(client, registry, client.Counter, 'tenure_leadership_changes_total', 'Elections and depositions of this node', ['group']).labels(group);
+    isLeader.set(elector.isLeader ? 1 : 0);
+    const onElected = ({ term: t }: { term: number }): void => {
+      isLeader.set(1);
+      term.set(t);
+      changes.inc();
+    };
+    const onDeposed = (): void => {
+      isLeader.set(0);
+      changes.inc();
+    };
+    const onRenewed = ({ latencyMs }: { latencyMs: number }): void => latency.observe(latencyMs / 1000);
+    const onFailed = (): void => failures.inc();
+    elector.on('elected', onElected).on('deposed', onDeposed).on('renewed', onRenewed).on('renew-failed', onFailed);
+    stops.push(() => elector.off('elected', onElected).off('deposed', onDeposed).off('renewed', onRenewed).off('renew-failed', onFailed));
+  }
+  if (store) {
+    const rejections = metric(client, registry, client.Counter, 'tenure_fenced_rejections_total', 'Fenced writes refused as stale', ['lease']);
+    const onRejected = ({ error }: { error: { lease: string } }): void => rejections.labels({ lease: error.lease }).inc();
+    store.on('fenced-rejected', onRejected);
+    stops.push(() => store.off('fenced-rejected', onRejected));
+  }
+  return () => stops.forEach((stop) => stop());
+}

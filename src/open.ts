@@ -12,10 +12,14 @@ export const DEFAULT_STORE_URL = 'sqlite:./.tenure/tenure.db';
 
 export type StoreOptions =
   | { kind: 'memory' }
-  | { kind: 'sqlite'; path: string; busyTimeoutMs?: number; pollMs?: number };
+  | { kind: 'sqlite'; path: string; busyTimeoutMs?: number; pollMs?: number }
+  | { kind: 'postgres'; url: string; tablePrefix?: string }
+  | { kind: 'mysql'; url: string; tablePrefix?: string }
+  | { kind: 'redis'; url: string; keyPrefix?: string; commandTimeoutMs?: number }
+  | { kind: 'etcd'; hosts: string[]; namespace?: string; requestTimeoutMs?: number };
 
 /** Schemes that later versions serve; named so the error can say so instead of "unknown". */
-const PLANNED = ['postgres', 'postgresql', 'mysql', 'redis', 'redlock', 'etcd'];
+const PLANNED = ['redis', 'redlock'];
 
 /** Parse a store URL into options; throws InvalidArgumentError (field `store`) on a bad URL. */
 export function parseStoreUrl(url: string): StoreOptions {
@@ -31,8 +35,62 @@ export function parseStoreUrl(url: string): StoreOptions {
     if (path === '') throw new InvalidArgumentError('store', `sqlite needs a file path, such as sqlite:./.tenure/tenure.db, got '${url}'`);
     return { kind: 'sqlite', path };
   }
+  if (scheme === 'redis' || scheme === 'rediss') return parseRedisUrl(url.trim());
+  if (scheme === 'redlock') {
+    throw new InvalidArgumentError('store', 'redlock://host:port,… is a lock over several Redis servers, not a store: open it with openRedlock(url)');
+  }
+  if (scheme === 'postgres' || scheme === 'postgresql' || scheme === 'mysql') return parseSqlUrl(scheme === 'mysql' ? 'mysql' : 'postgres', url.trim());
+  if (scheme === 'etcd') return parseEtcdUrl(url.trim());
   if (PLANNED.includes(scheme)) throw new InvalidArgumentError('store', `the ${scheme} store is not available in this version of tenure (available: sqlite:, memory:)`);
   throw new InvalidArgumentError('store', `unknown store scheme '${scheme}:' (available: sqlite:PATH, memory:)`);
+}
+
+/**
+ * `redis://[user:pass@]host:port[/db][?prefix=P]` (or `rediss://` for TLS): `prefix` is the store's
+ * key prefix (default `{tenure}:`); other query parameters are passed to ioredis.
+ */
+function parseRedisUrl(url: string): StoreOptions {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new InvalidArgumentError('store', `expected redis://host:port, got '${url}'`);
+  }
+  if (parsed.hostname === '') throw new InvalidArgumentError('store', `redis needs a host, such as redis://127.0.0.1:6379, got '${url}'`);
+  const keyPrefix = parsed.searchParams.get('prefix');
+  parsed.searchParams.delete('prefix');
+  return { kind: 'redis', url: parsed.toString(), ...(keyPrefix !== null ? { keyPrefix } : {}) };
+}
+
+/**
+ * `postgres://user:pass@host:port/db[?prefix=P&sslmode=…]` or `mysql://…/db[?prefix=P]`: `prefix` is
+ * the table prefix (default `tenure_`); everything else goes to the driver as given.
+ */
+function parseSqlUrl(kind: 'postgres' | 'mysql', url: string): StoreOptions {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new InvalidArgumentError('store', `expected ${kind}://user@host:port/database, got '${url}'`);
+  }
+  if (parsed.hostname === '') throw new InvalidArgumentError('store', `${kind} needs a host, such as ${kind}://127.0.0.1/tenure, got '${url}'`);
+  const tablePrefix = parsed.searchParams.get('prefix');
+  parsed.searchParams.delete('prefix');
+  return { kind, url: parsed.toString(), ...(tablePrefix !== null ? { tablePrefix } : {}) };
+}
+
+/**
+ * `etcd://host:port[,host:port…][?prefix=P]`: the members to talk to (the client moves between
+ * them) and an optional key namespace (default none, so `etcdctl elect G` joins tenure group G).
+ */
+function parseEtcdUrl(url: string): StoreOptions {
+  const m = /^etcd:\/\/([^/?#]*)\/?(?:\?(.*))?$/i.exec(url);
+  const hosts = (m?.[1] ?? '').split(',').filter((h) => h !== '');
+  if (!m || hosts.length === 0 || hosts.some((h) => !/^[^:\s]+:\d{1,5}$/.test(h))) {
+    throw new InvalidArgumentError('store', `expected etcd://host:port[,host:port…], such as etcd://127.0.0.1:2379, got '${url}'`);
+  }
+  const namespace = new URLSearchParams(m[2] ?? '').get('prefix');
+  return { kind: 'etcd', hosts, ...(namespace !== null ? { namespace } : {}) };
 }
 
 /** Open a store from a URL or options. The default is embedded SQLite in ./.tenure/tenure.db. */
@@ -48,6 +106,26 @@ export async function openStore(target: string | StoreOptions = DEFAULT_STORE_UR
     case 'sqlite': {
       const { SqliteStore } = await import('./stores/sqlite/index.js');
       backend = new SqliteStore(options);
+      break;
+    }
+    case 'redis': {
+      const { RedisStore } = await import('./stores/redis/index.js');
+      backend = new RedisStore(options);
+      break;
+    }
+    case 'postgres': {
+      const { PostgresStore } = await import('./stores/postgres/index.js');
+      backend = new PostgresStore(options);
+      break;
+    }
+    case 'mysql': {
+      const { MysqlStore } = await import('./stores/mysql/index.js');
+      backend = new MysqlStore(options);
+      break;
+    }
+    case 'etcd': {
+      const { EtcdStore } = await import('./stores/etcd/index.js');
+      backend = new EtcdStore(options);
       break;
     }
     default:

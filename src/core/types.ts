@@ -86,9 +86,23 @@ export interface Store {
    */
   appendFenced(token: FencingToken, stream: string, payload: string): Promise<number>;
   readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]>;
+  /**
+   * Optional batched renewal: extend every listed lease that `owner` holds live with the given
+   * term, in one atomic step where the store allows (one statement on SQL), and report each
+   * outcome in the order given, as `renew` would. A node holding many leases renews all of them
+   * in one round trip per interval and learns in the same reply which ones it lost.
+   * Names must be distinct.
+   */
+  renewMany?(owner: string, leases: readonly RenewManyItem[], ttlMs: number): Promise<RenewResult[]>;
   /** Optional push: `listener` is called after the lease changes hands, is released or renewed. */
   watch?(name: string, listener: WatchListener): Unsubscribe;
   close(): Promise<void>;
+}
+
+/** One lease of a batched renewal: its name and the term the caller holds it with. */
+export interface RenewManyItem {
+  readonly name: string;
+  readonly term: number;
 }
 
 /** The fencing token: the lease it was issued under and its term. */

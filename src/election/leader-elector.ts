@@ -94,6 +94,12 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private wakeUp: (() => void) | null = null;
   private unwatch: Unsubscribe | null = null;
   private resignUntil = 0;
+  /**
+   * The highest term this incarnation gave up (resign, stop). Never lead it again: re-acquiring
+   * our own live lease keeps its term, so a release of that term still in flight (or not yet sent)
+   * would free the lease under the new leadership while another node takes the next term.
+   */
+  private retiredTerm = 0;
   private lastRenewAt: number | null = null;
 
   constructor(options: LeaderElectorOptions) {
@@ -180,6 +186,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     const l = this.leadership;
     if (!l) return;
     this.resignUntil = this.clock.now() + this.timing.renewIntervalMs;
+    this.retiredTerm = Math.max(this.retiredTerm, l.term);
     await this.endLeadership(l, 'resigned', null);
     await this.releaseQuietly(l.term);
     this.wake();
@@ -243,10 +250,11 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       return;
     }
     this.observe(result.lease);
-    if (result.acquired) {
+    if (result.acquired && result.lease.term > this.retiredTerm) {
       this.becomeLeader(result.lease, sentAt);
       return;
     }
+    // Not acquired, or only our retired term back: wait until it lapses (or its release lands).
     await this.pause(candidateDelay(result.lease.remainingMs, this.timing, this.random));
   }
 
@@ -347,7 +355,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       } catch (err) {
         if (l.controller.signal.aborted) return; // work stopping because leadership ended is expected
         this.emit('work-error', { term: l.term, error: err as Error });
-        if (this.leadership === l) await this.resign();
+        if (this.leadership === l) void this.resign();
       }
     })();
     l.work.add(p);
@@ -372,6 +380,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   }
 
   private async releaseQuietly(term: number): Promise<void> {
+    this.retiredTerm = Math.max(this.retiredTerm, term);
     try {
       await this.call('release', this.store.release(this.group, this.owner, term));
       this.observe(null);

@@ -8,11 +8,24 @@ import { join } from 'node:path';
 import type { Store } from '../../src/core/index.js';
 import { MemoryStore } from '../../src/stores/memory/index.js';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
+import { PostgresStore } from '../../src/stores/postgres/index.js';
+import { MysqlStore } from '../../src/stores/mysql/index.js';
+import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
+import { redisBackend } from '../stores/redis-backend.js';
+import { etcdBackend } from '../stores/etcd-backend.js';
 
 export interface Backend {
   readonly name: string;
   /** Open a fresh store with no leases or streams; `cleanup` removes whatever it made. */
   open(): Promise<{ store: Store; cleanup: () => Promise<void> }>;
+  /**
+   * The shortest TTL the store expires on time, ms (default: none beyond the 10 ms floor).
+   * Scenarios that wait for a lease to expire use at least this TTL. etcd leases are whole
+   * seconds with a minimum of 1 s, so a 50 ms lease cannot lapse in 80 ms there.
+   */
+  readonly minTtlMs?: number;
+  /** How long past its TTL a lease may still read as live, ms (default 0; etcd revokes on a 500 ms cycle). */
+  readonly expiryLagMs?: number;
 }
 
 function tempDir(prefix: string): { dir: string; remove: () => void } {
@@ -30,4 +43,8 @@ export const backends: Backend[] = [
       return { store, cleanup: async () => { await store.close(); t.remove(); } };
     },
   },
+  { name: 'postgres', open: async () => { const db = await createPostgresDatabase(); const store = new PostgresStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
+  { name: 'mysql', open: async () => { const db = await createMysqlDatabase(); const store = new MysqlStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
+  redisBackend,
+  etcdBackend,
 ];

@@ -9,6 +9,10 @@ import type { Backend } from './backends.js';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export function storeContract(backend: Backend): void {
+  // A short TTL this backend expires on time, and a sleep that outlasts it (Backend.minTtlMs).
+  const short = (ttlMs: number): number => Math.max(ttlMs, backend.minTtlMs ?? 0);
+  const outlive = (ttlMs: number): Promise<unknown> => sleep(short(ttlMs) + 30 + (backend.expiryLagMs ?? 0));
+
   describe(`Store contract: ${backend.name}`, () => {
     let store: Store;
     let cleanup: () => Promise<void>;
@@ -54,25 +58,25 @@ export function storeContract(backend: Backend): void {
       });
 
       it('after expiry gives the lease to another node with term + 1', async () => {
-        await store.acquire('g', 'a~1', 50);
-        await sleep(80);
+        await store.acquire('g', 'a~1', short(50));
+        await outlive(50);
         expect(await store.read('g')).toBeNull();
         const r = await store.acquire('g', 'b~1', 5000);
         expect(r).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 2 } });
       });
 
       it('gives a new term to a restarted process that reuses its node id', async () => {
-        await store.acquire('g', 'node-1~first', 50);
+        await store.acquire('g', 'node-1~first', short(50));
         const whileLive = await store.acquire('g', 'node-1~second', 5000);
         expect(whileLive).toMatchObject({ acquired: false, lease: { owner: 'node-1~first', term: 1 } });
-        await sleep(80);
+        await outlive(50);
         const r = await store.acquire('g', 'node-1~second', 5000);
         expect(r).toMatchObject({ acquired: true, lease: { owner: 'node-1~second', term: 2 } });
       });
 
       it('gives a new term to the same owner after its own lease expired', async () => {
-        await store.acquire('g', 'a~1', 50);
-        await sleep(80);
+        await store.acquire('g', 'a~1', short(50));
+        await outlive(50);
         expect(await store.acquire('g', 'a~1', 5000)).toMatchObject({ acquired: true, lease: { term: 2 } });
       });
 
@@ -95,11 +99,11 @@ export function storeContract(backend: Backend): void {
       });
 
       it('fails for anyone else, for a wrong term, and after expiry', async () => {
-        await store.acquire('g', 'a~1', 100);
+        await store.acquire('g', 'a~1', short(100));
         expect(await store.renew('g', 'b~1', 1, 100)).toMatchObject({ renewed: false, lease: { owner: 'a~1' } });
         expect((await store.renew('g', 'a~1', 2, 100)).renewed).toBe(false);
         expect((await store.renew('nobody', 'a~1', 1, 100)).renewed).toBe(false);
-        await sleep(130);
+        await outlive(100);
         expect(await store.renew('g', 'a~1', 1, 100)).toEqual({ renewed: false, lease: null });
         expect(await store.read('g')).toBeNull();
       });
@@ -118,8 +122,8 @@ export function storeContract(backend: Backend): void {
       });
 
       it('does not release a newer holder when a stale owner retries', async () => {
-        await store.acquire('g', 'a~1', 50);
-        await sleep(80);
+        await store.acquire('g', 'a~1', short(50));
+        await outlive(50);
         await store.acquire('g', 'b~1', 5000);
         expect(await store.release('g', 'a~1', 1)).toBe(false);
         expect(await store.read('g')).toMatchObject({ owner: 'b~1', term: 2 });
@@ -130,9 +134,9 @@ export function storeContract(backend: Backend): void {
       it('lists live leases by prefix, sorted by name', async () => {
         await store.acquire('jobs/b', 'x~1', 5000);
         await store.acquire('jobs/a', 'x~1', 5000);
-        await store.acquire('jobs/c', 'x~1', 50);
+        await store.acquire('jobs/c', 'x~1', short(50));
         await store.acquire('other', 'x~1', 5000);
-        await sleep(80);
+        await outlive(50);
         const names = (await store.list('jobs/')).map((l: Lease) => l.name);
         expect(names).toEqual(['jobs/a', 'jobs/b']);
         expect((await store.list()).map((l) => l.name)).toEqual(['jobs/a', 'jobs/b', 'other']);
@@ -163,9 +167,9 @@ export function storeContract(backend: Backend): void {
       });
 
       it('rejects an older term with StaleTermError and writes nothing', async () => {
-        await store.acquire('g', 'a~1', 50);
+        await store.acquire('g', 'a~1', short(50));
         await store.appendFenced({ lease: 'g', term: 1 }, 's', 'by a');
-        await sleep(80);
+        await outlive(50);
         await store.acquire('g', 'b~1', 5000);
         await store.appendFenced({ lease: 'g', term: 2 }, 's', 'by b');
         const err = await store.appendFenced({ lease: 'g', term: 1 }, 's', 'stale').catch((e: unknown) => e);
@@ -176,8 +180,8 @@ export function storeContract(backend: Backend): void {
       });
 
       it('fences by the highest term accepted, even before the new holder writes to that stream', async () => {
-        await store.acquire('g', 'a~1', 50);
-        await sleep(80);
+        await store.acquire('g', 'a~1', short(50));
+        await outlive(50);
         await store.acquire('g', 'b~1', 5000);
         await store.appendFenced({ lease: 'g', term: 2 }, 'elsewhere', 'b was here');
         await expect(store.appendFenced({ lease: 'g', term: 1 }, 's', 'stale')).rejects.toBeInstanceOf(StaleTermError);
@@ -192,8 +196,8 @@ export function storeContract(backend: Backend): void {
       });
 
       it('leaves a stream whose terms never decrease under concurrent appends from two terms', async () => {
-        await store.acquire('g', 'a~1', 50);
-        await sleep(80);
+        await store.acquire('g', 'a~1', short(50));
+        await outlive(50);
         await store.acquire('g', 'b~1', 5000);
         const attempts: Promise<string>[] = [];
         for (let i = 0; i < 40; i++) {
@@ -262,6 +266,54 @@ export function storeContract(backend: Backend): void {
         await expect(store.readStream('s', { limit: 0 })).rejects.toBeInstanceOf(InvalidArgumentError);
         await expect(store.readStream('s', { after: -1 })).rejects.toBeInstanceOf(InvalidArgumentError);
         expect(await store.read('g')).toBeNull();
+      });
+    });
+
+    describe('renewMany (where the store batches renewals)', () => {
+      it('renews every lease the owner holds live with its term, and reports the lost ones, in order', async () => {
+        if (!store.renewMany) return; // optional in the Store interface
+        await store.acquire('m/a', 'x~1', 2000, { k: 'a' });
+        await store.acquire('m/b', 'x~1', 2000);
+        await store.acquire('m/other', 'y~1', 5000);
+        await store.acquire('m/expired', 'x~1', short(50));
+        await outlive(50);
+        const results = await store.renewMany(
+          'x~1',
+          [
+            { name: 'm/b', term: 1 },
+            { name: 'm/a', term: 1 },
+            { name: 'm/other', term: 1 },
+            { name: 'm/expired', term: 1 },
+            { name: 'm/missing', term: 1 },
+          ],
+          5000,
+        );
+        expect(results.map((r) => r.renewed)).toEqual([true, true, false, false, false]);
+        expect(results[0]!.lease).toMatchObject({ name: 'm/b', owner: 'x~1', term: 1, ttlMs: 5000 });
+        expect(results[1]!.lease).toMatchObject({ name: 'm/a', owner: 'x~1', term: 1, meta: { k: 'a' } });
+        expect(results[0]!.lease!.remainingMs).toBeGreaterThan(2500); // extended past the first 2 s
+        expect(results[1]!.lease!.remainingMs).toBeGreaterThan(2500);
+        expect(results[2]!.lease).toMatchObject({ name: 'm/other', owner: 'y~1', term: 1 });
+        expect(results[3]).toEqual({ renewed: false, lease: null });
+        expect(results[4]).toEqual({ renewed: false, lease: null });
+        expect((await store.read('m/a'))!.remainingMs).toBeGreaterThan(2500);
+        expect(await store.read('m/b')).toMatchObject({ owner: 'x~1', term: 1 });
+        expect(await store.read('m/expired')).toBeNull();
+        // A wrong term or owner renews nothing.
+        const wrong = await store.renewMany('x~1', [{ name: 'm/a', term: 2 }], 5000);
+        expect(wrong).toMatchObject([{ renewed: false, lease: { owner: 'x~1', term: 1 } }]);
+        expect((await store.renewMany('y~1', [{ name: 'm/a', term: 1 }], 5000))[0]!.renewed).toBe(false);
+        expect(await store.renewMany('x~1', [], 5000)).toEqual([]);
+      });
+
+      it('rejects bad input without renewing anything', async () => {
+        if (!store.renewMany) return;
+        await store.acquire('m/a', 'x~1', 5000);
+        await expect(store.renewMany('x~1', [{ name: 'm/a', term: 1 }, { name: 'm/a', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(store.renewMany('x~1', [{ name: '', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(store.renewMany('x~1', [{ name: 'm/a', term: 0 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(store.renewMany('x~1', [{ name: 'm/a', term: 1 }], 5)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(store.renewMany('', [{ name: 'm/a', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
       });
     });
 

@@ -31,6 +31,7 @@ import type {
   LeaseMeta,
   LeaseRow,
   ReadStreamOptions,
+  RenewManyItem,
   RenewResult,
   Store,
   StreamEntry,
@@ -84,6 +85,23 @@ export class MemoryStore implements Store {
       if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
       this.leases.set(name, next);
       return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+    });
+  }
+
+  /** Every lease of the batch renewed or reported in one atomic step. */
+  renewMany(owner: string, leases: readonly RenewManyItem[], ttlMs: number): Promise<RenewResult[]> {
+    return this.op(() => {
+      checkOwner('owner', owner);
+      checkTtl('ttlMs', ttlMs);
+      checkRenewItems(leases);
+      const now = this.clock.now();
+      return leases.map(({ name, term }): RenewResult => {
+        const current = this.leases.get(name);
+        const next = decideRenew(current, owner, term, ttlMs, now);
+        if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
+        this.leases.set(name, next);
+        return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+      });
     });
   }
 
@@ -183,4 +201,16 @@ export class MemoryStore implements Store {
     // Deliver after the current step, never inside it, so a listener cannot re-enter the store mid-change.
     for (const listener of [...set]) queueMicrotask(() => listener(lease));
   }
+}
+
+/** A renewMany batch: distinct valid names, valid terms. */
+function checkRenewItems(leases: readonly RenewManyItem[]): void {
+  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
+  const seen = new Set<string>();
+  leases.forEach((l, i) => {
+    checkName(`leases[${i}].name`, l?.name);
+    checkTerm(`leases[${i}].term`, l?.term);
+    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
+    seen.add(l.name);
+  });
 }

@@ -40,6 +40,7 @@ import type {
   LeaseMeta,
   LeaseRow,
   ReadStreamOptions,
+  RenewManyItem,
   RenewResult,
   Store,
   StreamEntry,
@@ -152,6 +153,24 @@ export class SqliteStore implements Store {
       if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
       this.putRow(next);
       return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+    });
+  }
+
+  /** Every lease of the batch renewed or reported in one transaction. */
+  async renewMany(owner: string, leases: readonly RenewManyItem[], ttlMs: number): Promise<RenewResult[]> {
+    checkOwner('owner', owner);
+    checkTtl('ttlMs', ttlMs);
+    checkRenewItems(leases);
+    if (leases.length === 0) return this.query(() => []);
+    return this.write(() => {
+      const now = this.clock.now();
+      return leases.map(({ name, term }): RenewResult => {
+        const current = this.getRow(name);
+        const next = decideRenew(current, owner, term, ttlMs, now);
+        if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
+        this.putRow(next);
+        return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+      });
     });
   }
 
@@ -410,4 +429,16 @@ function rowToLease(r: SqlRow): LeaseRow {
     ttlMs: Number(r.ttl_ms),
     meta: decodeMeta(r.meta === null || r.meta === undefined ? null : String(r.meta)),
   };
+}
+
+/** A renewMany batch: distinct valid names, valid terms. */
+function checkRenewItems(leases: readonly RenewManyItem[]): void {
+  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
+  const seen = new Set<string>();
+  leases.forEach((l, i) => {
+    checkName(`leases[${i}].name`, l?.name);
+    checkTerm(`leases[${i}].term`, l?.term);
+    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
+    seen.add(l.name);
+  });
 }

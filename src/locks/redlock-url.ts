@@ -1,0 +1,113 @@
+/**
+ * `redlock://host:port,host:port,host:port[?fence=N|none…]`: a Redlock over the listed servers.
+ *
+ * Redlock is opened on its own, not through openStore: it is a lock, not a Store. N independent
+ * servers with no consensus among them cannot give what the Store interface promises — one term
+ * sequence per lease decided atomically, a fenced append checked in the same step as the write.
+ * Its fencing tokens come from a generation clock instead (redlock-fencing.ts).
+ *
+ * Query parameters:
+ *   fence=N        the counter on server N (0-based, default 0) issues fencing tokens
+ *   prefix=P       counter key prefix (default `{tenure}:`, matching the Redis store)
+ *   ttl=D          default lock TTL (1500, 1500ms, 10s…)
+ *   timeout=D      per-server timeout
+ * A password for every server may be given as `redlock://:PASSWORD@host:port,…`.
+ */
+import { InvalidArgumentError, checkTtl, parseDuration, systemClock } from '../core/index.js';
+import type { Redis } from 'ioredis';
+import { Redlock } from './redlock.js';
+import type { RedlockOptions } from './redlock.js';
+import { redisCounter } from './redlock-fencing.js';
+import { loadIoredis } from './redlock-instance.js';
+
+export interface RedlockUrl {
+  readonly servers: readonly { readonly host: string; readonly port: number }[];
+  readonly password?: string;
+  readonly fenceInstance: number;
+  readonly keyPrefix?: string;
+  readonly ttlMs?: number;
+  readonly instanceTimeoutMs?: number;
+}
+
+/** Parse a redlock URL; throws InvalidArgumentError (field `store`) naming what is wrong. */
+export function parseRedlockUrl(url: string): RedlockUrl {
+  const m = /^redlock:\/\/(?:(?:[^:@/]*):([^@/]*)@)?([^/?#]+)\/?(?:\?([^#]*))?$/i.exec(url.trim());
+  if (!m) throw new InvalidArgumentError('store', `expected redlock://host:port,host:port,host:port, got '${url}'`);
+  const servers = m[2]!.split(',').map((part) => {
+    const hp = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(part.trim());
+    if (!hp) throw new InvalidArgumentError('store', `bad server '${part}' in '${url}': expected host:port`);
+    const port = hp[2] === undefined ? 6379 : Number(hp[2]);
+    if (port < 1 || port > 65535) throw new InvalidArgumentError('store', `bad port in '${part}'`);
+    return { host: hp[1]!.replace(/^\[|\]$/g, ''), port };
+  });
+  const params = new URLSearchParams(m[3] ?? '');
+  let fenceInstance = 0;
+  const fence = params.get('fence');
+  if (fence !== null) {
+    if (!/^\d+$/.test(fence) || Number(fence) >= servers.length) {
+      throw new InvalidArgumentError('store', `fence must be a server index in [0, ${servers.length - 1}], got '${fence}'`);
+    }
+    fenceInstance = Number(fence);
+  }
+  const ttl = params.get('ttl');
+  const timeout = params.get('timeout');
+  const prefix = params.get('prefix');
+  return {
+    servers,
+    fenceInstance,
+    ...(m[1] ? { password: decodeURIComponent(m[1]) } : {}),
+    ...(prefix !== null ? { keyPrefix: prefix } : {}),
+    ...(ttl !== null ? { ttlMs: checkTtl('ttl', parseDuration('ttl', ttl)) } : {}),
+    ...(timeout !== null ? { instanceTimeoutMs: parseDuration('timeout', timeout) } : {}),
+  };
+}
+
+/**
+ * Open a Redlock from a URL. Clients are made here, with no offline queue (a server that is down
+ * answers "unavailable" at once instead of running a stale SET later), and closed by close().
+ * Waits up to `connectTimeoutMs` (default 1000) for the servers to connect (not for one that
+ * refuses); servers still down then count as unavailable until they come back.
+ */
+export async function openRedlock(url: string, options: Partial<Omit<RedlockOptions, 'clients'>> & { connectTimeoutMs?: number } = {}): Promise<Redlock> {
+  const parsed = parseRedlockUrl(url);
+  const Ioredis = loadIoredis();
+  const clients: Redis[] = parsed.servers.map(
+    (s) =>
+      new Ioredis({
+        host: s.host,
+        port: s.port,
+        ...(parsed.password !== undefined ? { password: parsed.password } : {}),
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        connectTimeout: 1000,
+        retryStrategy: (times: number) => Math.min(times * 50, 500),
+      }),
+  );
+  for (const c of clients) c.on('error', () => {}); // reported per request as "unavailable (reason)"
+  const connectTimeoutMs = options.connectTimeoutMs ?? 1000;
+  await Promise.all(
+    clients.map(
+      (c) =>
+        new Promise<void>((resolve) => {
+          const done = (): void => {
+            cancel();
+            c.off('ready', done);
+            c.off('error', done);
+            resolve();
+          };
+          const cancel = (options.clock ?? systemClock).setTimer(connectTimeoutMs, done);
+          c.once('ready', done);
+          c.once('error', done); // refused: count it as unavailable now rather than wait
+        }),
+    ),
+  );
+  const { connectTimeoutMs: _ignored, ...rest } = options;
+  return new Redlock({
+    ...(parsed.ttlMs !== undefined ? { ttlMs: parsed.ttlMs } : {}),
+    ...(parsed.instanceTimeoutMs !== undefined ? { instanceTimeoutMs: parsed.instanceTimeoutMs } : {}),
+    fencing: redisCounter({ instance: parsed.fenceInstance, ...(parsed.keyPrefix !== undefined ? { keyPrefix: parsed.keyPrefix } : {}) }),
+    ...rest,
+    clients,
+    ownsClients: true,
+  });
+}

@@ -1,0 +1,448 @@
+/**
+ * `etcd://host:port[,host:port…]` — the Store interface on etcd v3, written so that a tenure
+ * lease is a member of etcd's own election and lock recipes.
+ *
+ * A lease named N is held by the key `N/<etcd lease id, lowercase hex>` with the lowest create
+ * revision among the keys `N/<hex>` (Go's `concurrency.Election` and `concurrency.Mutex`, and so
+ * `etcdctl elect N` and `etcdctl lock N`). `acquire` is Go's `Mutex.TryLock`: it never queues
+ * and never jumps the queue, it only puts its key when there is no candidate at all, so a Go
+ * or etcdctl candidate that is waiting keeps its place and a tenure node leads only when etcd's
+ * own rule says so.
+ *
+ * - Expiry is etcd's (safety rule 1): each holder's key is attached to its own etcd lease with
+ *   TTL ceil(ttlMs / 1000) s (at least etcd's minimum), kept alive by `renew`. etcd deletes the
+ *   key when the lease runs out (its lessor checks every 500 ms), and never revives an expired
+ *   lease, so a late keepalive cannot resurrect a holder.
+ * - Terms are a per-name counter (`\0tenure/term/N`) bumped in the same txn that puts the
+ *   holder's key, guarded by "no key under N/ changed since my read" (a range compare on mod
+ *   revision) and "the counter did not move" (safety rule 4).
+ * - Fencing (`appendFenced`) is one txn: the fence key's mod revision and the entry slot are
+ *   compared, the fence raised and the entry put together (safety rule 5).
+ * - Release and renew compare the holder key's create revision, so they only ever touch the
+ *   caller's own key (safety rule 6).
+ */
+import {
+  ClosedError,
+  InvalidArgumentError,
+  StaleTermError,
+  StoreUnavailableError,
+  checkName,
+  checkOwner,
+  checkPayload,
+  checkReadOptions,
+  checkTerm,
+  checkToken,
+  checkTtl,
+  decideFence,
+  decodeMeta,
+  encodeMeta,
+} from '../../core/index.js';
+import type {
+  AcquireResult,
+  FencingToken,
+  Lease,
+  LeaseMeta,
+  ReadStreamOptions,
+  RenewResult,
+  Store,
+  StreamEntry,
+  Unsubscribe,
+  WatchListener,
+} from '../../core/index.js';
+import { CandidateWatch } from './candidate-watch.js';
+import { EtcdConnection, ttlSecondsFor } from './connection.js';
+import type { EtcdConnectionOptions } from './connection.js';
+import type { Etcd3, IKeyValue, IRequestOp } from './driver.js';
+import { decodeValue, encodeValue, leaseIdHex, prefixEnd } from './keys.js';
+import type { TenureValue } from './keys.js';
+
+export type EtcdStoreOptions = EtcdConnectionOptions;
+
+/** Bound on optimistic retries of one call under contention. */
+const MAX_ATTEMPTS = 64;
+
+/** A key under `N/` that is a candidate for N, with its decoded value (null when foreign). */
+interface Candidate {
+  readonly kv: IKeyValue;
+  readonly value: TenureValue | null;
+}
+
+interface NameSnapshot {
+  readonly revision: number;
+  /** Candidates by create revision, lowest (the holder) first. */
+  readonly candidates: Candidate[];
+  readonly term: number;
+  readonly termModRevision: number;
+}
+
+/** What this process last told etcd about a lease it holds: TTL (s) and when that was sent. */
+interface OwnLease {
+  ttlSeconds: number;
+  sentAt: number;
+}
+
+interface Watched {
+  readonly watch: CandidateWatch;
+  readonly listeners: Set<WatchListener>;
+  last: string | null;
+}
+
+export class EtcdStore implements Store {
+  readonly kind = 'etcd';
+  readonly connection: EtcdConnection;
+  private readonly own = new Map<string, OwnLease>();
+  private readonly watched = new Map<string, Watched>();
+  private readonly appendQueues = new Map<string, Promise<unknown>>();
+
+  /** Give your own etcd3 client (`{ client }`) or members (`{ hosts: ['127.0.0.1:2379'] }`). */
+  constructor(options: EtcdStoreOptions) {
+    this.connection = new EtcdConnection(options);
+  }
+
+  /** The etcd3 client in use (yours, or the one the store made from `hosts`). */
+  get client(): Etcd3 {
+    return this.connection.client;
+  }
+
+  async acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTtl('ttlMs', ttlMs);
+    const metaValue = decodeMeta(encodeMeta('meta', meta));
+    const conn = this.connection;
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const snap = await this.snapshot(name);
+      const holder = snap.candidates[0];
+      if (holder) {
+        if (holder.value?.owner !== owner) return { acquired: false, lease: await this.describe(name, holder, snap.term) };
+        const lease = await this.extend(name, holder, ttlMs, metaValue);
+        if (lease) return { acquired: true, lease };
+        continue; // our key went away between the read and the keepalive: decide again
+      }
+      const granted = await conn.grant(ttlSecondsFor(ttlMs));
+      const term = snap.term + 1;
+      const prefix = conn.layout.candidates(name);
+      const termKey = conn.layout.term(name);
+      const res = await conn.txn(
+        `acquire ${name}`,
+        [
+          // No candidate key under N/ was created, changed or deleted since the read.
+          { key: rangeStart(prefix), range_end: prefixEnd(prefix), target: 'Mod', result: 'Less', mod_revision: snap.revision + 1 },
+          { key: termKey, target: 'Mod', result: 'Equal', mod_revision: snap.termModRevision },
+        ],
+        [
+          { request_put: { key: conn.layout.candidate(name, granted.id), value: encodeValue({ owner, term, ttlMs, meta: metaValue }), lease: granted.id } },
+          { request_put: { key: termKey, value: Buffer.from(String(term)) } },
+        ],
+      );
+      if (res.succeeded) {
+        this.own.set(granted.id, { ttlSeconds: granted.ttlSeconds, sentAt: granted.sentAt });
+        return { acquired: true, lease: { name, owner, term, meta: metaValue, ttlMs, remainingMs: this.remainingOf(granted.id) } };
+      }
+      void conn.revoke(granted.id).catch(() => {});
+    }
+    throw new StoreUnavailableError(`${conn.label}: acquire of ${name} gave up after ${MAX_ATTEMPTS} conflicting attempts`);
+  }
+
+  async renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTerm('term', term);
+    checkTtl('ttlMs', ttlMs);
+    const snap = await this.snapshot(name);
+    const holder = snap.candidates[0];
+    if (holder && holder.value?.owner === owner && holder.value.term === term) {
+      const lease = await this.extend(name, holder, ttlMs, holder.value.meta);
+      if (lease) return { renewed: true, lease };
+      return { renewed: false, lease: await this.read(name) };
+    }
+    return { renewed: false, lease: holder ? await this.describe(name, holder, snap.term) : null };
+  }
+
+  async release(name: string, owner: string, term: number): Promise<boolean> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTerm('term', term);
+    const snap = await this.snapshot(name);
+    const mine = snap.candidates.find((c) => c.value?.owner === owner && c.value.term === term);
+    if (!mine) return false;
+    const res = await this.connection.txn(
+      `release ${name}`,
+      [{ key: mine.kv.key, target: 'Create', result: 'Equal', create_revision: mine.kv.create_revision }],
+      [{ request_delete_range: { key: mine.kv.key } }],
+    );
+    if (!res.succeeded) return false;
+    this.own.delete(mine.kv.lease);
+    void this.connection.revoke(mine.kv.lease).catch(() => {}); // only our key was on it
+    return true;
+  }
+
+  async read(name: string): Promise<Lease | null> {
+    checkName('name', name);
+    const snap = await this.snapshot(name);
+    const holder = snap.candidates[0];
+    return holder ? this.describe(name, holder, snap.term) : null;
+  }
+
+  async list(prefix = ''): Promise<Lease[]> {
+    if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
+    const layout = this.connection.layout;
+    const names = layout.namesFrom(prefix);
+    const terms = layout.terms(prefix);
+    const res = await this.connection.txn('list', [], [
+      { request_range: { key: rangeStart(names), range_end: prefixEnd(names) } },
+      { request_range: { key: terms, range_end: prefixEnd(terms) } },
+    ]);
+    const termOf = new Map<string, number>();
+    for (const kv of rangeKvs(res.responses[1])) termOf.set(layout.nameOfTerm(kv.key), Number(kv.value.toString()));
+    const holders = new Map<string, IKeyValue>();
+    for (const kv of rangeKvs(res.responses[0])) {
+      const name = layout.nameOf(kv.key);
+      if (name === null || kv.lease === '0' || !name.startsWith(prefix)) continue;
+      const best = holders.get(name);
+      if (!best || Number(kv.create_revision) < Number(best.create_revision)) holders.set(name, kv);
+    }
+    const sorted = [...holders.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return Promise.all(sorted.map(([name, kv]) => this.describe(name, { kv, value: decodeValue(kv.value) }, termOf.get(name) ?? 0)));
+  }
+
+  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+    checkToken('token', token);
+    checkName('stream', stream);
+    checkPayload('payload', payload);
+    if (this.connection.isClosed) throw new ClosedError(`${this.connection.label} store`);
+    // Appends from this process to one stream go one at a time; other processes race by txn.
+    const before = this.appendQueues.get(stream) ?? Promise.resolve();
+    const mine = before.catch(() => {}).then(() => this.appendOnce(token, stream, payload));
+    this.appendQueues.set(stream, mine);
+    void mine.catch(() => {}).finally(() => {
+      if (this.appendQueues.get(stream) === mine) this.appendQueues.delete(stream);
+    });
+    return mine;
+  }
+
+  async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
+    checkName('stream', stream);
+    const { after, limit } = checkReadOptions(options);
+    const layout = this.connection.layout;
+    const { kvs } = await this.connection.range(`read stream ${stream}`, {
+      key: layout.entry(stream, after + 1),
+      range_end: prefixEnd(layout.entries(stream)),
+      limit,
+    });
+    return kvs.map((kv) => {
+      const e = JSON.parse(kv.value.toString()) as { lease: string; term: number; payload: string };
+      return { stream, seq: layout.seqOf(kv.key), lease: e.lease, term: e.term, payload: e.payload };
+    });
+  }
+
+  /**
+   * Push from an etcd watch on `N/`: the listener hears every change of holder (a new owner or
+   * term, or null when the holder's key is deleted by release or expiry), in revision order.
+   * It is also told the holder found when the watch starts, if there is one.
+   */
+  watch(name: string, listener: WatchListener): Unsubscribe {
+    checkName('name', name);
+    if (this.connection.isClosed) throw new ClosedError(`${this.connection.label} store`);
+    let w = this.watched.get(name);
+    if (!w) {
+      const entry: Watched = {
+        listeners: new Set(),
+        last: null,
+        watch: new CandidateWatch(
+          this.connection,
+          this.connection.layout.candidates(name),
+          (kv) => kv.lease !== '0' && this.connection.layout.nameOf(kv.key) === name,
+          (kv) => this.push(name, entry, kv),
+        ),
+      };
+      w = entry;
+      this.watched.set(name, entry);
+      entry.watch.start();
+    }
+    w.listeners.add(listener);
+    const entry = w;
+    return () => {
+      entry.listeners.delete(listener);
+      if (entry.listeners.size === 0 && this.watched.get(name) === entry) {
+        this.watched.delete(name);
+        entry.watch.stop();
+      }
+    };
+  }
+
+  close(): Promise<void> {
+    for (const w of this.watched.values()) w.watch.stop();
+    this.watched.clear();
+    this.connection.close();
+    return Promise.resolve();
+  }
+
+  // ---- internals ------------------------------------------------------------------------
+
+  /** The candidates of `name` and its term counter, read at one revision. */
+  private async snapshot(name: string): Promise<NameSnapshot> {
+    const layout = this.connection.layout;
+    const prefix = layout.candidates(name);
+    const res = await this.connection.txn(`read ${name}`, [], [
+      { request_range: { key: prefix, range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' } },
+      { request_range: { key: layout.term(name) } },
+    ]);
+    const candidates = rangeKvs(res.responses[0])
+      .filter((kv) => kv.lease !== '0' && layout.nameOf(kv.key) === name)
+      .map((kv) => ({ kv, value: decodeValue(kv.value) }));
+    const termKv = rangeKvs(res.responses[1])[0];
+    return {
+      revision: Number(res.header.revision),
+      candidates,
+      term: termKv ? Number(termKv.value.toString()) : 0,
+      termModRevision: termKv ? Number(termKv.mod_revision) : 0,
+    };
+  }
+
+  /**
+   * Keep the holder's etcd lease alive for `ttlMs` and confirm its key is still there; update
+   * the value when meta or TTL changed. Returns null when the key is gone (expired, released).
+   */
+  private async extend(name: string, holder: Candidate, ttlMs: number, meta: LeaseMeta): Promise<Lease | null> {
+    const conn = this.connection;
+    const value = holder.value;
+    if (!value) return null;
+    const next = encodeValue({ ...value, ttlMs, meta });
+    const changed = !next.equals(holder.kv.value);
+    const needSeconds = ttlSecondsFor(ttlMs);
+    const leaseId = holder.kv.lease;
+    const grantedSeconds = this.own.get(leaseId)?.ttlSeconds ?? (await conn.timeToLive(leaseId))?.grantedSeconds ?? 0;
+    const sameKey = { key: holder.kv.key, target: 'Create' as const, result: 'Equal' as const, create_revision: holder.kv.create_revision };
+    if (grantedSeconds >= needSeconds) {
+      const sentAt = conn.clock.now();
+      const ttlSeconds = await conn.keepAliveOnce(leaseId);
+      if (ttlSeconds === 0) {
+        this.own.delete(leaseId);
+        return null;
+      }
+      this.own.set(leaseId, { ttlSeconds, sentAt });
+      // The keepalive proves the lease lives; the txn proves our key is still on it.
+      const ops: IRequestOp[] = changed ? [{ request_put: { key: holder.kv.key, value: next, lease: leaseId } }] : [];
+      const res = await conn.txn(`renew ${name}`, [sameKey], ops);
+      if (!res.succeeded) return null;
+      return this.leaseOf(name, value.owner, value.term, ttlMs, meta, leaseId);
+    }
+    // etcd cannot lengthen a lease: move the key (and so its create revision and its place) to a
+    // new lease with the longer TTL, then drop the old lease, which then holds nothing.
+    if (grantedSeconds === 0) return null;
+    const granted = await conn.grant(needSeconds);
+    const res = await conn.txn(
+      `renew ${name}`,
+      [sameKey, { key: holder.kv.key, target: 'Lease', result: 'Equal', lease: leaseId }],
+      [{ request_put: { key: holder.kv.key, value: next, lease: granted.id } }],
+    );
+    if (!res.succeeded) {
+      void conn.revoke(granted.id).catch(() => {});
+      return null;
+    }
+    this.own.set(granted.id, { ttlSeconds: granted.ttlSeconds, sentAt: granted.sentAt });
+    this.own.delete(leaseId);
+    void conn.revoke(leaseId).catch(() => {});
+    return this.leaseOf(name, value.owner, value.term, ttlMs, meta, granted.id);
+  }
+
+  private leaseOf(name: string, owner: string, term: number, ttlMs: number, meta: LeaseMeta, leaseId: string): Lease {
+    return { name, owner, term, meta, ttlMs, remainingMs: this.remainingOf(leaseId) };
+  }
+
+  /** Time left on a lease this process keeps alive: from the send time of its last grant or keepalive. */
+  private remainingOf(leaseId: string): number {
+    const own = this.own.get(leaseId);
+    if (!own) return 0;
+    return Math.max(0, Math.round(own.ttlSeconds * 1000 - (this.connection.clock.now() - own.sentAt)));
+  }
+
+  /**
+   * The Lease a candidate key stands for. A foreign holder (a Go or etcdctl candidate) is
+   * reported as owner `etcd:<lease hex>` with its value as `meta.value` and the name's current
+   * term (it does not take terms: only tenure holders bump the counter).
+   */
+  private async describe(name: string, c: Candidate, term: number): Promise<Lease> {
+    const leaseId = c.kv.lease;
+    let remainingMs: number;
+    let grantedMs: number;
+    if (this.own.has(leaseId)) {
+      remainingMs = this.remainingOf(leaseId);
+      grantedMs = this.own.get(leaseId)!.ttlSeconds * 1000;
+    } else {
+      // etcd reports whole seconds, truncated: the lease ends within [ttl, ttl + 1) s.
+      const ttl = await this.connection.timeToLive(leaseId);
+      grantedMs = (ttl?.grantedSeconds ?? 0) * 1000;
+      remainingMs = ttl ? Math.min(grantedMs, ttl.ttlSeconds * 1000 + 999) : 0;
+    }
+    if (c.value) {
+      remainingMs = Math.min(remainingMs, Math.max(c.value.ttlMs, grantedMs));
+      return { name, owner: c.value.owner, term: c.value.term, meta: c.value.meta, ttlMs: c.value.ttlMs, remainingMs };
+    }
+    return { name, owner: foreignOwner(leaseId), term, meta: { value: c.kv.value.toString() }, ttlMs: grantedMs, remainingMs };
+  }
+
+  private push(name: string, w: Watched, kv: IKeyValue | null): void {
+    let lease: Lease | null = null;
+    if (kv) {
+      const value = decodeValue(kv.value);
+      lease = value
+        ? { name, owner: value.owner, term: value.term, meta: value.meta, ttlMs: value.ttlMs, remainingMs: this.own.has(kv.lease) ? this.remainingOf(kv.lease) : value.ttlMs }
+        : { name, owner: foreignOwner(kv.lease), term: 0, meta: { value: kv.value.toString() }, ttlMs: 0, remainingMs: 0 };
+    }
+    const id = lease ? `${lease.owner}@${lease.term}` : null;
+    if (id === w.last) return; // a renewal or a meta update: same holder, same term
+    w.last = id;
+    for (const l of [...w.listeners]) l(lease);
+  }
+
+  private async appendOnce(token: FencingToken, stream: string, payload: string): Promise<number> {
+    const conn = this.connection;
+    const layout = conn.layout;
+    const fenceKey = layout.fence(token.lease);
+    const entries = layout.entries(stream);
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const read = await conn.txn(`append to ${stream}`, [], [
+        { request_range: { key: layout.term(token.lease) } },
+        { request_range: { key: fenceKey } },
+        { request_range: { key: entries, range_end: prefixEnd(entries), sort_target: 'Key', sort_order: 'Descend', limit: 1, keys_only: true } },
+      ]);
+      const termKv = rangeKvs(read.responses[0])[0];
+      const fenceKv = rangeKvs(read.responses[1])[0];
+      const lastKv = rangeKvs(read.responses[2])[0];
+      const leaseTerm = termKv ? Number(termKv.value.toString()) : 0;
+      const highest = fenceKv ? Number(fenceKv.value.toString()) : 0;
+      const verdict = decideFence(token.term, highest, leaseTerm);
+      if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+      if (verdict === 'unissued') {
+        throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${leaseTerm})`);
+      }
+      const seq = lastKv ? layout.seqOf(lastKv.key) + 1 : 1;
+      const entryKey = layout.entry(stream, seq);
+      const ops: IRequestOp[] = [];
+      if (token.term > highest) ops.push({ request_put: { key: fenceKey, value: Buffer.from(String(token.term)) } });
+      ops.push({ request_put: { key: entryKey, value: Buffer.from(JSON.stringify({ lease: token.lease, term: token.term, payload })) } });
+      // The fence did not move and the slot is free: the check and the write are one step.
+      const res = await conn.txn(`append to ${stream}`, [
+        { key: fenceKey, target: 'Mod', result: 'Equal', mod_revision: fenceKv ? fenceKv.mod_revision : 0 },
+        { key: entryKey, target: 'Create', result: 'Equal', create_revision: 0 },
+      ], ops);
+      if (res.succeeded) return seq;
+    }
+    throw new StoreUnavailableError(`${conn.label}: append to ${stream} gave up after ${MAX_ATTEMPTS} conflicting attempts`);
+  }
+}
+
+function foreignOwner(leaseId: string): string {
+  return `etcd:${leaseIdHex(leaseId)}`;
+}
+
+/** etcd refuses an empty key; "\0" starts a range at the first key. */
+function rangeStart(prefix: Buffer): Buffer {
+  return prefix.length > 0 ? prefix : Buffer.from([0]);
+}
+
+function rangeKvs(op: { response_range?: { kvs: IKeyValue[] } } | undefined): IKeyValue[] {
+  return op?.response_range?.kvs ?? [];
+}

@@ -1,0 +1,523 @@
+/**
+ * `mysql://…` — leases, fences and streams in MySQL 8 or MariaDB (>= 10.6), through `mysql2`.
+ *
+ * - Expiry is decided by the server's clock (`UTC_TIMESTAMP(6)`); the server reports the remaining
+ *   time (safety rule 1). The client's wall clock is never sent or compared.
+ * - acquire is one short transaction (`SELECT … FOR UPDATE`, decide, write) in which the term is
+ *   bumped; renew, release and renewMany are one compare-and-set UPDATE each (rules 4, 6); the
+ *   fence row is locked FOR UPDATE and checked in the same transaction as the append (rule 5).
+ *   Transactions that lose a deadlock are rolled back by the server and retried.
+ * - The schema is created on first use under `GET_LOCK`, with a version row.
+ * - No push: MySQL has no LISTEN/NOTIFY. Candidates wake at the server-reported expiry. With
+ *   `watchPollMs` set, `watch()` polls the watched leases at that interval so a graceful release
+ *   is seen within one poll (at the price of one small query per interval per watched lease).
+ * - Any driver failure, and any call that takes longer than `timeoutMs`, rejects with
+ *   StoreUnavailableError naming host:port: the outcome is unknown (rule 3).
+ */
+import {
+  ClosedError,
+  InvalidArgumentError,
+  StaleTermError,
+  StoreUnavailableError,
+  TenureError,
+  checkMs,
+  checkName,
+  checkOwner,
+  checkPayload,
+  checkReadOptions,
+  checkTerm,
+  checkToken,
+  checkTtl,
+  decideAcquire,
+  decideFence,
+  decodeMeta,
+  encodeMeta,
+  isLive,
+  toLease,
+} from '../../core/index.js';
+import type {
+  AcquireResult,
+  FencingToken,
+  Lease,
+  LeaseMeta,
+  LeaseRow,
+  ReadStreamOptions,
+  RenewManyItem,
+  RenewResult,
+  Store,
+  StreamEntry,
+  Unsubscribe,
+  WatchListener,
+} from '../../core/index.js';
+import { loadMysql2 } from './driver.js';
+import type { MysqlConnection, MysqlPool, MysqlValue } from './driver.js';
+import { SCHEMA_VERSION, buildSql, checkPrefix } from './sql.js';
+import type { MysqlSql } from './sql.js';
+
+export interface MysqlStoreOptions {
+  /** `mysql://user:pass@host:port/db` — a pool is made from it (and closed by close()). */
+  url?: string;
+  /** Or the user's own mysql2/promise pool (left open by close()). */
+  pool?: MysqlPool;
+  /** Extra mysql2 pool config when `url` is given: `ssl`, `password`, `connectionLimit`, … passed through. */
+  poolConfig?: Record<string, unknown>;
+  /** Table name prefix, an SQL identifier (default `tenure_`). */
+  tablePrefix?: string;
+  /** A call with no answer after this long rejects with StoreUnavailableError (outcome unknown) and its connection is dropped, ms (default 5000). */
+  timeoutMs?: number;
+  /** Enables a polling `watch()` at this interval, ms (default: no watch; candidates wake at expiry). */
+  watchPollMs?: number;
+}
+
+type Row = Record<string, unknown>;
+
+interface Watched {
+  readonly listeners: Set<WatchListener>;
+  last: { term: number; owner: string | null };
+}
+
+/** Transactions that lost a deadlock or a race to insert the same new row: safe to run again. */
+const RETRYABLE = new Set([1213 /* ER_LOCK_DEADLOCK */, 1062 /* ER_DUP_ENTRY */]);
+
+export class MysqlStore implements Store {
+  readonly kind = 'mysql';
+  /** host:port, as named in error messages. */
+  readonly endpoint: string;
+  readonly tablePrefix: string;
+  /** Present only when `watchPollMs` was given. */
+  readonly watch?: (name: string, listener: WatchListener) => Unsubscribe;
+  private readonly pool: MysqlPool;
+  private readonly ownsPool: boolean;
+  private readonly sql: MysqlSql;
+  private readonly timeoutMs: number;
+  private schemaReady: Promise<void> | null = null;
+  private closed = false;
+  private readonly watched = new Map<string, Watched>();
+  private pollTimer: NodeJS.Timeout | null = null;
+  private polling = false;
+
+  constructor(options: MysqlStoreOptions) {
+    if ((options.url === undefined) === (options.pool === undefined)) {
+      throw new InvalidArgumentError('mysql', 'expected exactly one of url (mysql://…) or pool (a mysql2/promise pool)');
+    }
+    this.tablePrefix = checkPrefix(options.tablePrefix ?? 'tenure_');
+    this.timeoutMs = checkMs('timeoutMs', options.timeoutMs ?? 5000, 10, 600_000);
+    this.sql = buildSql(this.tablePrefix);
+    if (options.url !== undefined) {
+      const u = parseUrl(options.url);
+      this.endpoint = `${u.hostname || 'localhost'}:${u.port || '3306'}`;
+      const { createPool } = loadMysql2();
+      this.pool = createPool({
+        uri: options.url,
+        connectTimeout: this.timeoutMs + 1000,
+        enableKeepAlive: true,
+        waitForConnections: true,
+        ...options.poolConfig,
+      });
+      this.ownsPool = true;
+    } else {
+      this.pool = options.pool!;
+      this.endpoint = poolEndpoint(this.pool);
+      this.ownsPool = false;
+    }
+    if (options.watchPollMs !== undefined) {
+      const pollMs = checkMs('watchPollMs', options.watchPollMs, 5, 600_000);
+      this.watch = (name, listener) => this.pollWatch(name, listener, pollMs);
+    }
+  }
+
+  /** Create or upgrade the tables now (otherwise done on first use). */
+  migrate(): Promise<void> {
+    return this.run('migrate', async () => {});
+  }
+
+  async acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTtl('ttlMs', ttlMs);
+    const metaText = encodeMeta('meta', meta);
+    const metaValue = decodeMeta(metaText);
+    const result = await this.run('acquire', (c) =>
+      this.transaction(c, async (): Promise<AcquireResult> => {
+        // Times in this transaction are relative to the server's now: 0 is "now", expiry is the
+        // remaining time the server computed. Decided by the same rules as every store.
+        const rows = await select(c, this.sql.lockRow, [name]);
+        const current = rows[0] ? toRow(rows[0]) : null;
+        const decision = decideAcquire(current, name, owner, ttlMs, metaValue, 0);
+        if (!decision.acquired) return { acquired: false, lease: rowLease(rows[0]!) };
+        const next = decision.row;
+        if (current === null) {
+          await c.execute(this.sql.insertLease, [name, owner, next.term, ttlMs * 1000, ttlMs, metaText]);
+        } else {
+          await c.execute(this.sql.updateLease, [owner, next.term, ttlMs * 1000, ttlMs, metaText, name]);
+        }
+        return { acquired: true, lease: toLease(next as LeaseRow & { owner: string }, 0) };
+      }),
+    );
+    if (result.acquired) this.noteLocal(name, { term: result.lease.term, owner }, result.lease);
+    return result;
+  }
+
+  async renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTerm('term', term);
+    checkTtl('ttlMs', ttlMs);
+    return this.run('renew', async (c) => {
+      await c.execute(this.sql.renew, [ttlMs * 1000, ttlMs, name, owner, term]);
+      // Renewed iff the lease is now ours, with this term, and live: no one else can extend it,
+      // and a lease the UPDATE found expired cannot have come back to life since.
+      const rows = await select(c, this.sql.readLive, [name]);
+      const row = rows[0];
+      if (!row) return { renewed: false, lease: null };
+      const lease = rowLease(row);
+      return { renewed: lease.owner === owner && lease.term === term, lease };
+    });
+  }
+
+  async renewMany(owner: string, leases: readonly RenewManyItem[], ttlMs: number): Promise<RenewResult[]> {
+    checkOwner('owner', owner);
+    checkTtl('ttlMs', ttlMs);
+    checkRenewItems(leases);
+    if (leases.length === 0) return [];
+    const batch = JSON.stringify(leases.map((l) => ({ n: l.name, t: l.term })));
+    return this.run('renewMany', async (c) => {
+      // One UPDATE renews the whole batch; one SELECT on the same connection reports each lease.
+      await c.execute(this.sql.renewMany, [batch, ttlMs * 1000, ttlMs, owner]);
+      const rows = await select(c, this.sql.renewManyReport, [batch]);
+      return rows.map((row): RenewResult => {
+        if (row.name === null || row.name === undefined || Number(row.live) !== 1) return { renewed: false, lease: null };
+        const lease = rowLease(row);
+        return { renewed: lease.owner === owner && lease.term === Number(row.t), lease };
+      });
+    });
+  }
+
+  async release(name: string, owner: string, term: number): Promise<boolean> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTerm('term', term);
+    const released = await this.run('release', async (c) => affected(await c.execute(this.sql.release, [name, owner, term])) === 1);
+    if (released) this.noteLocal(name, { term, owner: null }, null);
+    return released;
+  }
+
+  async read(name: string): Promise<Lease | null> {
+    checkName('name', name);
+    return this.run('read', async (c) => {
+      const row = (await select(c, this.sql.readLive, [name]))[0];
+      return row ? rowLease(row) : null;
+    });
+  }
+
+  async list(prefix = ''): Promise<Lease[]> {
+    if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
+    return this.run('list', async (c) => (await select(c, this.sql.list, [prefix, prefix])).map(rowLease));
+  }
+
+  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+    checkToken('token', token);
+    checkName('stream', stream);
+    checkPayload('payload', payload);
+    return this.run('appendFenced', (c) =>
+      this.transaction(c, async () => {
+        // Lock the fence row first: appends under one lease are serialized from here to COMMIT.
+        const fence = (await select(c, this.sql.lockFence, [token.lease]))[0];
+        const highest = fence ? Number(fence.max_term) : 0;
+        const issued = Number((await select(c, this.sql.issued, [token.lease]))[0]?.term ?? 0);
+        const verdict = decideFence(token.term, highest, issued);
+        if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+        if (verdict === 'unissued') {
+          throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
+        }
+        if (!fence) await c.execute(this.sql.insertFence, [token.lease, token.term]);
+        else if (token.term > highest) await c.execute(this.sql.raiseFence, [token.term, token.lease]);
+        const [head] = await c.execute(this.sql.bumpHead, [stream]);
+        const seq = Number((head as { insertId?: unknown }).insertId);
+        if (!Number.isSafeInteger(seq) || seq < 1) throw new Error(`stream head for ${stream} returned no sequence number`);
+        await c.execute(this.sql.insertEntry, [stream, seq, token.lease, token.term, payload]);
+        return seq;
+      }),
+    );
+  }
+
+  async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
+    checkName('stream', stream);
+    const { after, limit } = checkReadOptions(options);
+    return this.run('readStream', async (c) =>
+      (await select(c, this.sql.readStream, [stream, after, limit])).map((row) => ({
+        stream,
+        seq: Number(row.seq),
+        lease: text(row.lease),
+        term: Number(row.term),
+        payload: text(row.payload),
+      })),
+    );
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.watched.clear();
+    this.stopPolling();
+    if (this.ownsPool) await this.pool.end().catch(() => {});
+  }
+
+  // ---- internals ------------------------------------------------------------------------
+
+  /**
+   * Run `fn` on a pooled connection, after making sure the schema exists, within `timeoutMs`.
+   * A timed-out call's connection is destroyed (its statement may still commit: "maybe").
+   */
+  private run<T>(operation: string, fn: (c: MysqlConnection) => Promise<T>): Promise<T> {
+    if (this.closed) return Promise.reject(new ClosedError('mysql store'));
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      let conn: MysqlConnection | null = null;
+      let done = false;
+      const finish = (destroy: boolean): void => {
+        if (!conn || done) return;
+        done = true;
+        if (destroy) conn.destroy();
+        else conn.release();
+      };
+      const timer = setTimeout(() => {
+        if (settled) return;
+        settled = true;
+        finish(true);
+        reject(new StoreUnavailableError(`mysql store ${this.endpoint}: ${operation} got no answer within ${this.timeoutMs} ms; the outcome is unknown`));
+      }, this.timeoutMs);
+      const work = async (): Promise<T> => {
+        conn = await this.pool.getConnection();
+        if (settled) {
+          finish(true);
+          throw new Error('abandoned');
+        }
+        try {
+          await this.ensureSchema(conn);
+          const result = await fn(conn);
+          finish(false);
+          return result;
+        } catch (err) {
+          finish(!(err instanceof TenureError) && isFatal(err));
+          throw err;
+        }
+      };
+      work().then(
+        (value) => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (err: unknown) => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          reject(this.translate(operation, err));
+        },
+      );
+    });
+  }
+
+  /** One transaction; a deadlock victim (rolled back whole by the server) is run again. */
+  private async transaction<T>(c: MysqlConnection, fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      await c.query('START TRANSACTION');
+      try {
+        const result = await fn();
+        await c.query('COMMIT');
+        return result;
+      } catch (err) {
+        await c.query('ROLLBACK').catch(() => {});
+        const errno = (err as { errno?: unknown }).errno;
+        if (attempt < 10 && typeof errno === 'number' && RETRYABLE.has(errno)) {
+          await new Promise((r) => setTimeout(r, Math.random() * 2 * attempt));
+          continue;
+        }
+        throw err;
+      }
+    }
+  }
+
+  private async ensureSchema(c: MysqlConnection): Promise<void> {
+    if (!this.schemaReady) {
+      const p = this.createSchema(c);
+      this.schemaReady = p;
+      p.catch(() => {
+        if (this.schemaReady === p) this.schemaReady = null; // try again on the next call
+      });
+    }
+    await this.schemaReady;
+  }
+
+  private async createSchema(c: MysqlConnection): Promise<void> {
+    // Serialize first use across processes; DDL commits implicitly, so the lock is a named lock.
+    const waitS = Math.max(1, Math.ceil(this.timeoutMs / 1000));
+    const got = (await select(c, 'SELECT GET_LOCK(?, ?) AS got', [this.sql.lockName, waitS]))[0];
+    if (Number(got?.got) !== 1) throw new Error(`could not take the schema lock ${this.sql.lockName} within ${waitS} s`);
+    try {
+      await c.query(`CREATE TABLE IF NOT EXISTS ${this.sql.schemaTable} (\`key\` VARCHAR(64) NOT NULL PRIMARY KEY, value VARCHAR(255) NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`);
+      const v = (await select(c, `SELECT value FROM ${this.sql.schemaTable} WHERE \`key\` = 'version'`, []))[0];
+      const version = v ? Number(text(v.value)) : 0;
+      if (version > SCHEMA_VERSION) {
+        throw new TenureError('INVALID_ARGUMENT', `mysql store ${this.endpoint}: schema version ${version} is newer than this tenure (${SCHEMA_VERSION}); upgrade tenure`);
+      }
+      if (version < SCHEMA_VERSION) {
+        for (const statement of this.sql.schema) await c.query(statement);
+        await c.execute(
+          `INSERT INTO ${this.sql.schemaTable} (\`key\`, value) VALUES ('version', ?) ON DUPLICATE KEY UPDATE value = VALUES(value)`,
+          [String(SCHEMA_VERSION)],
+        );
+      }
+    } finally {
+      await c.execute('SELECT RELEASE_LOCK(?)', [this.sql.lockName]).catch(() => {});
+    }
+  }
+
+  private translate(operation: string, err: unknown): Error {
+    if (err instanceof TenureError) return err;
+    return new StoreUnavailableError(`mysql store ${this.endpoint}: ${operation} failed: ${describe(err)}`, { cause: err });
+  }
+
+  // ---- optional polling watch ------------------------------------------------------------
+
+  private pollWatch(name: string, listener: WatchListener, pollMs: number): Unsubscribe {
+    checkName('name', name);
+    if (this.closed) throw new ClosedError('mysql store');
+    let w = this.watched.get(name);
+    if (!w) {
+      w = { listeners: new Set(), last: { term: 0, owner: null } };
+      this.watched.set(name, w);
+    }
+    w.listeners.add(listener);
+    if (!this.pollTimer) {
+      this.pollTimer = setInterval(() => void this.poll(), pollMs);
+      this.pollTimer.unref();
+      void this.poll();
+    }
+    const entry = w;
+    return () => {
+      entry.listeners.delete(listener);
+      if (entry.listeners.size === 0 && this.watched.get(name) === entry) this.watched.delete(name);
+      if (this.watched.size === 0) this.stopPolling();
+    };
+  }
+
+  private stopPolling(): void {
+    if (this.pollTimer) clearInterval(this.pollTimer);
+    this.pollTimer = null;
+  }
+
+  private async poll(): Promise<void> {
+    if (this.polling || this.closed) return;
+    this.polling = true;
+    try {
+      await this.run('watch', async (c) => {
+        for (const name of [...this.watched.keys()]) {
+          const row = (await select(c, this.sql.readAny, [name]))[0];
+          const w = this.watched.get(name);
+          if (!row || !w) continue;
+          const live = Number(row.live) === 1;
+          this.advance(w, { term: Number(row.term), owner: live ? text(row.owner) : null }, live ? rowLease(row) : null);
+        }
+      });
+    } catch {
+      // Retried on the next tick; callers see failures on their own calls.
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  private noteLocal(name: string, state: { term: number; owner: string | null }, lease: Lease | null): void {
+    const w = this.watched.get(name);
+    if (w) this.advance(w, state, lease);
+  }
+
+  /** Tell listeners iff `state` is newer than what they were last told and not null after null. */
+  private advance(w: Watched, state: { term: number; owner: string | null }, lease: Lease | null): void {
+    const last = w.last;
+    const newer = state.term > last.term || (state.term === last.term && last.owner !== null && state.owner === null);
+    if (!newer) return;
+    w.last = state;
+    if (last.owner === null && state.owner === null) return;
+    for (const l of [...w.listeners]) queueMicrotask(() => l(lease));
+  }
+}
+
+async function select(c: MysqlConnection, sql: string, values: MysqlValue[]): Promise<Row[]> {
+  const [rows] = await c.execute(sql, values);
+  return rows as Row[];
+}
+
+function affected(result: [unknown, unknown]): number {
+  return Number((result[0] as { affectedRows?: unknown }).affectedRows ?? 0);
+}
+
+/** VARBINARY columns come back as Buffers. */
+function text(v: unknown): string {
+  return Buffer.isBuffer(v) ? v.toString('utf8') : String(v);
+}
+
+/** A lease row in the relative frame of the statement: now = 0, expiry = remaining ms. */
+function toRow(row: Row): LeaseRow {
+  return {
+    name: text(row.name),
+    owner: row.owner === null || row.owner === undefined ? null : text(row.owner),
+    term: Number(row.term),
+    expiresAtMs: Number(row.remaining_us) / 1000,
+    ttlMs: Number(row.ttl_ms),
+    meta: decodeMeta(row.meta === null || row.meta === undefined ? null : text(row.meta)),
+  };
+}
+
+function rowLease(row: Row): Lease {
+  const r = toRow(row);
+  if (!isLive(r, 0)) return { ...toLease({ ...r, owner: r.owner ?? '' }, 0), remainingMs: 0 };
+  const lease = toLease(r, 0);
+  return { ...lease, remainingMs: Math.floor(lease.remainingMs) };
+}
+
+export function checkRenewItems(leases: readonly RenewManyItem[]): void {
+  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
+  const seen = new Set<string>();
+  leases.forEach((l, i) => {
+    checkName(`leases[${i}].name`, l?.name);
+    checkTerm(`leases[${i}].term`, l?.term);
+    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
+    seen.add(l.name);
+  });
+}
+
+function parseUrl(url: string): URL {
+  try {
+    return new URL(url);
+  } catch {
+    throw new InvalidArgumentError('url', `expected mysql://user:password@host:port/database, got an unparsable URL`);
+  }
+}
+
+/** host:port of a mysql2 pool, read from its config where mysql2 keeps it. */
+function poolEndpoint(pool: MysqlPool): string {
+  const cfg = (pool as { pool?: { config?: { connectionConfig?: { host?: unknown; port?: unknown } } } }).pool?.config?.connectionConfig;
+  const host = typeof cfg?.host === 'string' ? cfg.host : 'localhost';
+  const port = typeof cfg?.port === 'number' ? cfg.port : 3306;
+  return `${host}:${port}`;
+}
+
+/** A connection-level failure (the connection cannot be reused), as opposed to a server error. */
+function isFatal(err: unknown): boolean {
+  const e = err as { fatal?: unknown; errno?: unknown; sqlState?: unknown };
+  if (e?.fatal === true) return true;
+  return typeof e?.sqlState !== 'string';
+}
+
+function describe(err: unknown): string {
+  if (err instanceof AggregateError && err.errors.length > 0) return err.errors.map(describe).join('; ');
+  if (err instanceof Error) {
+    const code = (err as Error & { code?: unknown }).code;
+    const msg = err.message || (typeof code === 'string' ? code : err.name);
+    return typeof code === 'string' && !msg.includes(code) ? `${msg} (${code})` : msg;
+  }
+  return String(err);
+}

@@ -1,0 +1,56 @@
+/**
+ * The few calls tenure needs from `pg`, typed structurally so that a user's own `pg.Pool` fits and
+ * so that tenure's published types do not require `@types/pg`. The driver is loaded only when a
+ * store is opened from a URL; a missing package is a DriverMissingError.
+ */
+import { createRequire } from 'node:module';
+import { DriverMissingError } from '../../core/index.js';
+
+export interface PgQueryResult {
+  readonly rows: Record<string, unknown>[];
+  readonly rowCount: number | null;
+}
+
+/** Anything that runs a parameterized query: a `pg.Pool`, `pg.Client` or `pg.PoolClient`. */
+export interface PgQueryable {
+  query(text: string, values?: unknown[]): Promise<PgQueryResult>;
+}
+
+export interface PgNotification {
+  readonly channel: string;
+  readonly payload?: string | undefined;
+}
+
+/** A client checked out of a pool (`pg.PoolClient`). */
+export interface PgPoolClient extends PgQueryable {
+  release(destroy?: boolean | Error): void;
+  on(event: 'notification', listener: (message: PgNotification) => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  removeListener(event: 'error', listener: (err: Error) => void): unknown;
+}
+
+/** A `pg.Pool`, or anything shaped like it. */
+export interface PgPool extends PgQueryable {
+  connect(): Promise<PgPoolClient>;
+  end(): Promise<void>;
+  on?(event: 'error', listener: (err: Error) => void): unknown;
+  /** pg.Pool keeps its config here; used only to name host:port in error messages. */
+  readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined; readonly connectionString?: string | undefined };
+}
+
+interface PgModule {
+  Pool: new (config: Record<string, unknown>) => PgPool;
+}
+
+const require = createRequire(import.meta.url);
+
+export function loadPg(): PgModule {
+  try {
+    const mod = require('pg') as PgModule & { default?: PgModule };
+    return mod.Pool ? mod : (mod.default as PgModule);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND') throw new DriverMissingError('pg', 'postgres');
+    throw err;
+  }
+}

@@ -1,0 +1,519 @@
+/**
+ * `postgres://…` — leases, fences and streams in PostgreSQL, through the user's `pg`.
+ *
+ * - Expiry is decided by the server's clock (`now()`); the server reports the remaining time
+ *   (safety rule 1). The client's wall clock is never sent or compared.
+ * - acquire, renew, release, renewMany and appendFenced are each ONE statement (its own short
+ *   transaction), the term bumped inside it (rules 4, 6); the fence is checked and raised in the
+ *   same statement as the write it guards (rule 5).
+ * - The schema is created on first use under `pg_advisory_xact_lock`, with a version row.
+ * - Push: a trigger NOTIFYs on every change of holder or term; one dedicated connection LISTENs
+ *   while anything is watched, and reconnects by itself when it is lost.
+ * - Any driver failure, and any call that takes longer than `timeoutMs`, rejects with
+ *   StoreUnavailableError naming host:port: the outcome is unknown (rule 3).
+ */
+import {
+  ClosedError,
+  InvalidArgumentError,
+  StaleTermError,
+  StoreUnavailableError,
+  TenureError,
+  checkMs,
+  checkName,
+  checkOwner,
+  checkPayload,
+  checkReadOptions,
+  checkTerm,
+  checkToken,
+  checkTtl,
+  decodeMeta,
+  encodeMeta,
+} from '../../core/index.js';
+import type {
+  AcquireResult,
+  FencingToken,
+  Lease,
+  LeaseMeta,
+  ReadStreamOptions,
+  RenewManyItem,
+  RenewResult,
+  Store,
+  StreamEntry,
+  Unsubscribe,
+  WatchListener,
+} from '../../core/index.js';
+import { loadPg } from './driver.js';
+import type { PgNotification, PgPool, PgPoolClient, PgQueryResult } from './driver.js';
+import { SCHEMA_VERSION, buildSql, checkPrefix } from './sql.js';
+import type { PgSql } from './sql.js';
+
+export interface PostgresStoreOptions {
+  /** `postgres://user:pass@host:port/db?sslmode=…` — a pool is made from it (and closed by close()). */
+  url?: string;
+  /** Or the user's own `pg.Pool` (left open by close()). */
+  pool?: PgPool;
+  /** Extra `pg.Pool` config when `url` is given: `ssl`, `password`, `max`, … passed through as is. */
+  poolConfig?: Record<string, unknown>;
+  /** Table name prefix, an SQL identifier (default `tenure_`). */
+  tablePrefix?: string;
+  /** A call with no answer after this long rejects with StoreUnavailableError (outcome unknown) and its connection is dropped, ms (default 5000). */
+  timeoutMs?: number;
+  /** Delay before the LISTEN connection is re-opened after a loss, ms (default 250, doubling to 5 s). */
+  reconnectMs?: number;
+}
+
+/** What a watcher was last told: the term, and the owner while live. Terms only grow. */
+interface WatchState {
+  readonly term: number;
+  readonly owner: string | null;
+}
+
+interface Watched {
+  readonly listeners: Set<WatchListener>;
+  last: WatchState;
+}
+
+const LISTEN_STOPPED = Symbol('stopped');
+
+export class PostgresStore implements Store {
+  readonly kind = 'postgres';
+  /** host:port, as named in error messages. */
+  readonly endpoint: string;
+  readonly tablePrefix: string;
+  private readonly pool: PgPool;
+  private readonly ownsPool: boolean;
+  private readonly sql: PgSql;
+  private readonly timeoutMs: number;
+  private readonly reconnectMs: number;
+  private schemaReady: Promise<void> | null = null;
+  private closed = false;
+  private readonly watched = new Map<string, Watched>();
+  private listener: Promise<void> | null = null;
+  private stopListening: (() => void) | null = null;
+
+  constructor(options: PostgresStoreOptions) {
+    if ((options.url === undefined) === (options.pool === undefined)) {
+      throw new InvalidArgumentError('postgres', 'expected exactly one of url (postgres://…) or pool (a pg.Pool)');
+    }
+    this.tablePrefix = checkPrefix(options.tablePrefix ?? 'tenure_');
+    this.timeoutMs = checkMs('timeoutMs', options.timeoutMs ?? 5000, 10, 600_000);
+    this.reconnectMs = checkMs('reconnectMs', options.reconnectMs ?? 250, 1, 60_000);
+    this.sql = buildSql(this.tablePrefix);
+    if (options.url !== undefined) {
+      this.endpoint = endpointOf(options.url);
+      const { Pool } = loadPg();
+      this.pool = new Pool({
+        connectionString: options.url,
+        // The store's own timer (timeoutMs) bounds every call, connecting included; these only
+        // make sure the pool and the server give up too, soon after it.
+        connectionTimeoutMillis: this.timeoutMs + 1000,
+        statement_timeout: this.timeoutMs + 1000,
+        keepAlive: true,
+        application_name: 'tenure',
+        ...options.poolConfig,
+      });
+      // An idle client lost with the server (restart, failover) is dropped by the pool; without a
+      // listener the 'error' event would end the process. The next call reports the failure.
+      this.pool.on?.('error', () => {});
+      this.ownsPool = true;
+    } else {
+      this.pool = options.pool!;
+      const o = this.pool.options;
+      this.endpoint = o?.connectionString ? endpointOf(o.connectionString) : `${o?.host ?? 'localhost'}:${o?.port ?? 5432}`;
+      this.ownsPool = false;
+    }
+  }
+
+  /** Create or upgrade the tables now (otherwise done on first use). */
+  migrate(): Promise<void> {
+    return this.run('migrate', async () => {});
+  }
+
+  async acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTtl('ttlMs', ttlMs);
+    const metaText = encodeMeta('meta', meta);
+    const r = await this.run('acquire', (c) => c.query(this.sql.acquire, [name, owner, ttlMs, metaText]));
+    const row = first(r);
+    const lease = toLease(row);
+    const acquired = row.acquired === true;
+    if (acquired) this.noteLocal(name, { term: lease.term, owner: lease.owner }, lease);
+    return { acquired, lease };
+  }
+
+  async renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTerm('term', term);
+    checkTtl('ttlMs', ttlMs);
+    const r = await this.run('renew', (c) => c.query(this.sql.renew, [name, owner, term, ttlMs]));
+    const row = r.rows[0];
+    if (!row) return { renewed: false, lease: null };
+    return { renewed: row.renewed === true, lease: toLease(row) };
+  }
+
+  async renewMany(owner: string, leases: readonly RenewManyItem[], ttlMs: number): Promise<RenewResult[]> {
+    checkOwner('owner', owner);
+    checkTtl('ttlMs', ttlMs);
+    checkRenewItems(leases);
+    if (leases.length === 0) return [];
+    const names = leases.map((l) => l.name);
+    const terms = leases.map((l) => l.term);
+    const r = await this.run('renewMany', (c) => c.query(this.sql.renewMany, [owner, names, terms, ttlMs]));
+    return r.rows.map((row) => (row.owner === null ? { renewed: false, lease: null } : { renewed: row.renewed === true, lease: toLease(row) }));
+  }
+
+  async release(name: string, owner: string, term: number): Promise<boolean> {
+    checkName('name', name);
+    checkOwner('owner', owner);
+    checkTerm('term', term);
+    const r = await this.run('release', (c) => c.query(this.sql.release, [name, owner, term]));
+    const released = r.rowCount === 1;
+    if (released) this.noteLocal(name, { term, owner: null }, null);
+    return released;
+  }
+
+  async read(name: string): Promise<Lease | null> {
+    checkName('name', name);
+    const r = await this.run('read', (c) => c.query(this.sql.read, [name]));
+    const row = r.rows[0];
+    return row ? toLease(row) : null;
+  }
+
+  async list(prefix = ''): Promise<Lease[]> {
+    if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
+    const r = await this.run('list', (c) => c.query(this.sql.list, [prefix]));
+    return r.rows.map(toLease);
+  }
+
+  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+    checkToken('token', token);
+    checkName('stream', stream);
+    checkPayload('payload', payload);
+    const r = await this.run('appendFenced', (c) => c.query(this.sql.append, [token.lease, token.term, stream, payload]));
+    const row = first(r);
+    if (row.seq !== null && row.seq !== undefined) return Number(row.seq);
+    const issued = Number(row.issued ?? 0);
+    if (token.term > issued) {
+      throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
+    }
+    let highest = Number(row.highest ?? 0);
+    if (highest <= token.term) {
+      // The statement's snapshot predates the commit that raised the fence; read it again.
+      const again = await this.run('appendFenced', (c) => c.query(this.sql.highest, [token.lease]));
+      highest = Math.max(highest, Number(again.rows[0]?.max_term ?? 0));
+    }
+    throw new StaleTermError(token.lease, token.term, Math.max(highest, token.term + 1));
+  }
+
+  async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
+    checkName('stream', stream);
+    const { after, limit } = checkReadOptions(options);
+    const r = await this.run('readStream', (c) => c.query(this.sql.readStream, [stream, after, limit]));
+    return r.rows.map((row) => ({
+      stream,
+      seq: Number(row.seq),
+      lease: String(row.lease),
+      term: Number(row.term),
+      payload: String(row.payload),
+    }));
+  }
+
+  /**
+   * Push through LISTEN/NOTIFY: `listener` hears of a release and of every new holder (never of a
+   * plain renewal). Changes made through this store object are told at once; others' on their
+   * NOTIFY. After the LISTEN connection is re-established, watched leases are read again so that
+   * nothing missed while it was down stays unseen.
+   */
+  watch(name: string, listener: WatchListener): Unsubscribe {
+    checkName('name', name);
+    if (this.closed) throw new ClosedError('postgres store');
+    let w = this.watched.get(name);
+    if (!w) {
+      w = { listeners: new Set(), last: { term: 0, owner: null } };
+      this.watched.set(name, w);
+    }
+    w.listeners.add(listener);
+    this.startListening();
+    const entry = w;
+    return () => {
+      entry.listeners.delete(listener);
+      if (entry.listeners.size === 0 && this.watched.get(name) === entry) this.watched.delete(name);
+      if (this.watched.size === 0) this.stopListening?.();
+    };
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.watched.clear();
+    this.stopListening?.();
+    await this.listener;
+    if (this.ownsPool) await this.pool.end().catch(() => {});
+  }
+
+  // ---- internals ------------------------------------------------------------------------
+
+  /**
+   * Run `fn` on a pooled client, after making sure the schema exists, within `timeoutMs`.
+   * A timed-out call's client is destroyed (its statement may still commit: "maybe").
+   */
+  private run<T>(operation: string, fn: (c: PgPoolClient) => Promise<T>): Promise<T> {
+    if (this.closed) return Promise.reject(new ClosedError('postgres store'));
+    return new Promise<T>((resolve, reject) => {
+      let settled = false;
+      let client: PgPoolClient | null = null;
+      let released = false;
+      // A checked-out client whose connection dies emits 'error'; unheard, that would end the
+      // process. The failure reaches the caller through the query's own rejection.
+      const onError = (): void => {};
+      const release = (destroy: boolean): void => {
+        if (client && !released) {
+          released = true;
+          // Back in the pool, the pool listens again; a dropped client keeps our listener while it ends.
+          if (!destroy) client.removeListener('error', onError);
+          client.release(destroy);
+        }
+      };
+      const timer = setTimeout(() => {
+        if (settled) return;
+        settled = true;
+        release(true);
+        reject(new StoreUnavailableError(`postgres store ${this.endpoint}: ${operation} got no answer within ${this.timeoutMs} ms; the outcome is unknown`));
+      }, this.timeoutMs);
+      const work = async (): Promise<T> => {
+        const c = await this.pool.connect();
+        c.on('error', onError);
+        client = c;
+        if (settled) {
+          release(true);
+          throw new Error('abandoned');
+        }
+        try {
+          await this.ensureSchema(c);
+          const result = await fn(c);
+          release(false);
+          return result;
+        } catch (err) {
+          release(!isServerError(err));
+          throw err;
+        }
+      };
+      work().then(
+        (value) => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (err: unknown) => {
+          if (settled) return;
+          settled = true;
+          clearTimeout(timer);
+          reject(this.translate(operation, err));
+        },
+      );
+    });
+  }
+
+  private async ensureSchema(c: PgPoolClient): Promise<void> {
+    if (!this.schemaReady) {
+      const p = this.createSchema(c);
+      this.schemaReady = p;
+      p.catch(() => {
+        if (this.schemaReady === p) this.schemaReady = null; // try again on the next call
+      });
+    }
+    await this.schemaReady;
+  }
+
+  private async createSchema(c: PgPoolClient): Promise<void> {
+    await c.query('BEGIN');
+    try {
+      // Serialize first use across processes: concurrent CREATE TABLE IF NOT EXISTS can collide.
+      await c.query('SELECT pg_advisory_xact_lock(hashtext($1))', [this.sql.lockKey]);
+      await c.query(`CREATE TABLE IF NOT EXISTS ${this.sql.schemaTable} (key text PRIMARY KEY, value text NOT NULL)`);
+      const v = await c.query(`SELECT value FROM ${this.sql.schemaTable} WHERE key = 'version'`);
+      const version = v.rows[0] ? Number(v.rows[0].value) : 0;
+      if (version > SCHEMA_VERSION) {
+        throw new TenureError('INVALID_ARGUMENT', `postgres store ${this.endpoint}: schema version ${version} is newer than this tenure (${SCHEMA_VERSION}); upgrade tenure`);
+      }
+      if (version < SCHEMA_VERSION) {
+        for (const statement of this.sql.schema) await c.query(statement);
+        await c.query(
+          `INSERT INTO ${this.sql.schemaTable} (key, value) VALUES ('version', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+          [String(SCHEMA_VERSION)],
+        );
+      }
+      await c.query('COMMIT');
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => {});
+      throw err;
+    }
+  }
+
+  private translate(operation: string, err: unknown): Error {
+    if (err instanceof TenureError) return err;
+    return new StoreUnavailableError(`postgres store ${this.endpoint}: ${operation} failed: ${describe(err)}`, { cause: err });
+  }
+
+  // ---- push -----------------------------------------------------------------------------
+
+  /** A change made through this object: tell watchers now rather than on the NOTIFY round trip. */
+  private noteLocal(name: string, state: WatchState, lease: Lease | null): void {
+    const w = this.watched.get(name);
+    if (w) this.advance(w, state, lease);
+  }
+
+  /** Tell listeners iff `state` is newer than what they were last told and not null after null. */
+  private advance(w: Watched, state: WatchState, lease: Lease | null): void {
+    const last = w.last;
+    const newer = state.term > last.term || (state.term === last.term && last.owner !== null && state.owner === null);
+    if (!newer) return;
+    w.last = state;
+    if (last.owner === null && state.owner === null) return;
+    for (const l of [...w.listeners]) queueMicrotask(() => l(lease));
+  }
+
+  private async refresh(c: PgPoolClient, name: string): Promise<void> {
+    const r = await c.query(this.sql.readAny, [name]);
+    const w = this.watched.get(name);
+    const row = r.rows[0];
+    if (!w || !row) return;
+    const live = row.live === true;
+    const lease = live ? toLease(row) : null;
+    this.advance(w, { term: Number(row.term), owner: live ? String(row.owner) : null }, lease);
+  }
+
+  private startListening(): void {
+    if (this.listener || this.closed) return;
+    let stop!: () => void;
+    const stopped = new Promise<typeof LISTEN_STOPPED>((resolve) => {
+      stop = () => resolve(LISTEN_STOPPED);
+    });
+    this.stopListening = stop;
+    this.listener = this.listenLoop(stopped).finally(() => {
+      this.listener = null;
+      this.stopListening = null;
+      // A watch added while the loop was winding down needs a new one.
+      if (this.watched.size > 0 && !this.closed) this.startListening();
+    });
+  }
+
+  private async listenLoop(stopped: Promise<typeof LISTEN_STOPPED>): Promise<void> {
+    let backoff = this.reconnectMs;
+    let isStopped = false;
+    void stopped.then(() => (isStopped = true));
+    while (!isStopped && !this.closed && this.watched.size > 0) {
+      let client: PgPoolClient | null = null;
+      let lostError: Error | undefined;
+      try {
+        const connecting = this.pool.connect();
+        const first = await Promise.race([connecting, stopped]);
+        if (first === LISTEN_STOPPED) {
+          void connecting.then((c) => c.release(true), () => {});
+          return;
+        }
+        client = first;
+        const c = first;
+        const lost = new Promise<'lost'>((resolve) => {
+          c.on('error', (err: Error) => {
+            lostError = err;
+            resolve('lost');
+          });
+          c.on('end', () => resolve('lost'));
+        });
+        // Refreshes run one at a time, in NOTIFY order, on the LISTEN connection itself.
+        let chain = Promise.resolve();
+        c.on('notification', (msg: PgNotification) => {
+          if (msg.channel !== this.sql.channel || msg.payload === undefined) return;
+          const name = msg.payload;
+          if (!this.watched.has(name)) return;
+          chain = chain.then(() => this.refresh(c, name)).catch(() => {});
+        });
+        await this.ensureSchema(c);
+        await c.query(`LISTEN "${this.sql.channel}"`);
+        backoff = this.reconnectMs;
+        // Anything that changed before LISTEN (or while the connection was down) is read now.
+        for (const name of [...this.watched.keys()]) chain = chain.then(() => this.refresh(c, name)).catch(() => {});
+        const why = await Promise.race([lost, stopped]);
+        await chain;
+        if (why === LISTEN_STOPPED) {
+          // Dropped rather than pooled: it carries this loop's listeners and LISTEN state.
+          c.release(true);
+          return;
+        }
+        c.release(lostError ?? true);
+        client = null;
+      } catch (err) {
+        if (client) client.release(err instanceof Error ? err : true);
+      }
+      // Lost or failed to connect: wait, then reconnect (unless stopped meanwhile).
+      const delay = new Promise<'retry'>((resolve) => {
+        const t = setTimeout(() => resolve('retry'), backoff);
+        t.unref();
+      });
+      backoff = Math.min(backoff * 2, 5000);
+      if ((await Promise.race([delay, stopped])) === LISTEN_STOPPED) return;
+    }
+  }
+}
+
+/** The live lease in a row with name, owner, term, ttl_ms, meta, remaining_ms. */
+function toLease(row: Record<string, unknown>): Lease {
+  return {
+    name: String(row.name),
+    owner: String(row.owner),
+    term: Number(row.term),
+    meta: decodeMeta(typeof row.meta === 'string' ? row.meta : null),
+    ttlMs: Number(row.ttl_ms),
+    remainingMs: Math.max(0, Math.floor(Number(row.remaining_ms))),
+  };
+}
+
+function first(r: PgQueryResult): Record<string, unknown> {
+  const row = r.rows[0];
+  if (!row) throw new Error('the statement returned no row');
+  return row;
+}
+
+/** An error the server answered with (the connection is still good), as opposed to a lost connection. */
+function isServerError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const e = err as Error & { code?: unknown; severity?: unknown };
+  // 57P01..57P03: the server is shutting down or restarting; the connection is gone.
+  return typeof e.severity === 'string' && typeof e.code === 'string' && !e.code.startsWith('57P');
+}
+
+export function checkRenewItems(leases: readonly RenewManyItem[]): void {
+  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
+  const seen = new Set<string>();
+  leases.forEach((l, i) => {
+    checkName(`leases[${i}].name`, l?.name);
+    checkTerm(`leases[${i}].term`, l?.term);
+    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
+    seen.add(l.name);
+  });
+}
+
+/** host:port of a postgres URL (the password is never part of it). */
+export function endpointOf(url: string): string {
+  try {
+    const u = new URL(url);
+    const host = u.hostname || u.searchParams.get('host') || 'localhost';
+    return `${host}:${u.port || '5432'}`;
+  } catch {
+    return 'postgres';
+  }
+}
+
+function describe(err: unknown): string {
+  if (err instanceof AggregateError && err.errors.length > 0) return err.errors.map(describe).join('; ');
+  if (err instanceof Error) {
+    const code = (err as Error & { code?: unknown }).code;
+    const text = err.message || (typeof code === 'string' ? code : err.name);
+    return typeof code === 'string' && !text.includes(code) ? `${text} (${code})` : text;
+  }
+  return String(err);
+}

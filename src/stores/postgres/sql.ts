@@ -1,0 +1,153 @@
+/**
+ * Every statement the PostgreSQL store sends, built once per table prefix. Identifiers come only
+ * from the validated prefix; every value is a bind parameter (user text is never interpolated).
+ * Time is always the server's: `now()` is the start of the statement's transaction, and every
+ * statement here runs in its own short transaction, so one statement sees one instant.
+ */
+import { InvalidArgumentError } from '../../core/index.js';
+
+export const SCHEMA_VERSION = 1;
+
+const PREFIX = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
+
+/** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
+export function checkPrefix(prefix: unknown): string {
+  if (typeof prefix !== 'string' || !PREFIX.test(prefix)) {
+    throw new InvalidArgumentError('tablePrefix', `expected an SQL identifier prefix matching ${PREFIX.source}, got ${JSON.stringify(prefix)}`);
+  }
+  return prefix;
+}
+
+/** Quote a validated identifier. */
+export function ident(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+/** Milliseconds left until `expr`, by the server's clock, never negative. */
+const remaining = (expr: string): string => `GREATEST(0, EXTRACT(EPOCH FROM (${expr} - now())) * 1000)::float8`;
+const LEASE_COLS = 'name, owner, term, ttl_ms, meta';
+
+export interface PgSql {
+  readonly channel: string;
+  readonly lockKey: string;
+  readonly schemaTable: string;
+  readonly schema: readonly string[];
+  readonly acquire: string;
+  readonly renew: string;
+  readonly renewMany: string;
+  readonly release: string;
+  readonly read: string;
+  readonly readAny: string;
+  readonly list: string;
+  readonly append: string;
+  readonly highest: string;
+  readonly readStream: string;
+}
+
+export function buildSql(prefix: string): PgSql {
+  const schemaTable = ident(`${prefix}schema`);
+  const L = ident(`${prefix}leases`);
+  const F = ident(`${prefix}fences`);
+  const H = ident(`${prefix}stream_heads`);
+  const S = ident(`${prefix}streams`);
+  const channel = `${prefix}leases`;
+  const notifyFn = ident(`${prefix}notify`);
+  const live = (t: string): string => `${t}.owner IS NOT NULL AND ${t}.expires_at > now()`;
+  const otherLive = `(${live('l')} AND l.owner <> excluded.owner)`;
+  const expiry = (param: string): string => `now() + ${param}::int * interval '1 millisecond'`;
+  return {
+    channel,
+    lockKey: `tenure:${prefix}`,
+    schemaTable,
+    schema: [
+      `CREATE TABLE IF NOT EXISTS ${L} (
+         name text PRIMARY KEY, owner text, term bigint NOT NULL CHECK (term >= 0),
+         expires_at timestamptz NOT NULL, ttl_ms integer NOT NULL, meta text NOT NULL)`,
+      `CREATE TABLE IF NOT EXISTS ${F} (name text PRIMARY KEY, max_term bigint NOT NULL)`,
+      `CREATE TABLE IF NOT EXISTS ${H} (stream text PRIMARY KEY, last_seq bigint NOT NULL)`,
+      `CREATE TABLE IF NOT EXISTS ${S} (
+         stream text NOT NULL, seq bigint NOT NULL, lease text NOT NULL, term bigint NOT NULL,
+         payload text NOT NULL, PRIMARY KEY (stream, seq))`,
+      // Push: a change of holder or term (never a plain renewal) notifies the channel with the name.
+      `CREATE OR REPLACE FUNCTION ${notifyFn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+       BEGIN PERFORM pg_notify(TG_ARGV[0], NEW.name); RETURN NULL; END $fn$`,
+      `DROP TRIGGER IF EXISTS ${ident(`${prefix}leases_insert`)} ON ${L}`,
+      `CREATE TRIGGER ${ident(`${prefix}leases_insert`)} AFTER INSERT ON ${L}
+       FOR EACH ROW EXECUTE FUNCTION ${notifyFn}('${channel}')`,
+      `DROP TRIGGER IF EXISTS ${ident(`${prefix}leases_update`)} ON ${L}`,
+      `CREATE TRIGGER ${ident(`${prefix}leases_update`)} AFTER UPDATE ON ${L}
+       FOR EACH ROW WHEN (OLD.owner IS DISTINCT FROM NEW.owner OR OLD.term IS DISTINCT FROM NEW.term)
+       EXECUTE FUNCTION ${notifyFn}('${channel}')`,
+    ],
+    // One statement. A free, released or expired lease goes to $2 with term + 1; a live lease of
+    // $2 is extended with the same term; another owner's live lease is left as it is (the row is
+    // rewritten unchanged so that RETURNING always reports the holder in this same round trip).
+    acquire: `
+      INSERT INTO ${L} AS l (name, owner, term, expires_at, ttl_ms, meta)
+      VALUES ($1, $2, 1, ${expiry('$3')}, $3::int, $4)
+      ON CONFLICT (name) DO UPDATE SET
+        owner      = CASE WHEN ${otherLive} THEN l.owner ELSE excluded.owner END,
+        term       = CASE WHEN ${live('l')} THEN l.term ELSE l.term + 1 END,
+        expires_at = CASE WHEN ${otherLive} THEN l.expires_at ELSE excluded.expires_at END,
+        ttl_ms     = CASE WHEN ${otherLive} THEN l.ttl_ms ELSE excluded.ttl_ms END,
+        meta       = CASE WHEN ${otherLive} THEN l.meta ELSE excluded.meta END
+      RETURNING ${LEASE_COLS}, owner = $2 AS acquired, ${remaining('expires_at')} AS remaining_ms`,
+    // Compare-and-set on owner and term of a live lease; when it fails, the live holder (if any).
+    renew: `
+      WITH u AS (
+        UPDATE ${L} AS l SET expires_at = ${expiry('$4')}, ttl_ms = $4::int
+        WHERE l.name = $1 AND l.owner = $2 AND l.term = $3::bigint AND l.expires_at > now()
+        RETURNING ${LEASE_COLS}, expires_at)
+      SELECT true AS renewed, ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM u
+      UNION ALL
+      SELECT false, ${LEASE_COLS}, ${remaining('expires_at')} FROM ${L} AS c
+      WHERE c.name = $1 AND ${live('c')} AND NOT EXISTS (SELECT 1 FROM u)`,
+    // $1 owner, $2 names, $3 terms, $4 ttl. One statement for the whole batch.
+    renewMany: `
+      WITH req AS (
+        SELECT r.name, r.term, r.ord FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS r(name, term, ord)),
+      u AS (
+        UPDATE ${L} AS l SET expires_at = ${expiry('$4')}, ttl_ms = $4::int
+        FROM req WHERE l.name = req.name AND l.term = req.term AND l.owner = $1 AND l.expires_at > now()
+        RETURNING l.name, l.owner, l.term, l.ttl_ms, l.meta, l.expires_at)
+      SELECT req.name, u.name IS NOT NULL AS renewed,
+        COALESCE(u.owner, c.owner) AS owner, COALESCE(u.term, c.term) AS term,
+        COALESCE(u.ttl_ms, c.ttl_ms) AS ttl_ms, COALESCE(u.meta, c.meta) AS meta,
+        ${remaining('COALESCE(u.expires_at, c.expires_at)')} AS remaining_ms
+      FROM req
+      LEFT JOIN u ON u.name = req.name
+      LEFT JOIN ${L} AS c ON u.name IS NULL AND c.name = req.name AND ${live('c')}
+      ORDER BY req.ord`,
+    release: `
+      UPDATE ${L} AS l SET owner = NULL, expires_at = now()
+      WHERE l.name = $1 AND l.owner = $2 AND l.term = $3::bigint AND l.expires_at > now()`,
+    read: `SELECT ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1 AND ${live('l')}`,
+    readAny: `SELECT ${LEASE_COLS}, ${live('l')} AS live, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1`,
+    // Prefix by equality on the leading characters, so % and _ in user text are plain characters.
+    list: `
+      SELECT ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l
+      WHERE ${live('l')} AND left(l.name, char_length($1::text)) = $1::text
+      ORDER BY l.name COLLATE "C"`,
+    // Fenced append, one statement: the fence row is raised (and locked until commit) only when
+    // the term was issued and is >= the highest accepted; the stream head is bumped and the entry
+    // written only when the fence row was. $1 lease, $2 term, $3 stream, $4 payload.
+    append: `
+      WITH issued AS (SELECT COALESCE((SELECT term FROM ${L} WHERE name = $1), 0) AS term),
+      fence AS (
+        INSERT INTO ${F} AS f (name, max_term)
+        SELECT $1, $2::bigint FROM issued WHERE $2::bigint <= issued.term
+        ON CONFLICT (name) DO UPDATE SET max_term = excluded.max_term WHERE f.max_term <= excluded.max_term
+        RETURNING max_term),
+      head AS (
+        INSERT INTO ${H} AS h (stream, last_seq) SELECT $3, 1 FROM fence
+        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1
+        RETURNING last_seq),
+      entry AS (
+        INSERT INTO ${S} (stream, seq, lease, term, payload) SELECT $3, last_seq, $1, $2::bigint, $4 FROM head
+        RETURNING seq)
+      SELECT (SELECT seq FROM entry) AS seq, (SELECT term FROM issued) AS issued,
+             (SELECT max_term FROM ${F} WHERE name = $1) AS highest`,
+    highest: `SELECT max_term FROM ${F} WHERE name = $1`,
+    readStream: `SELECT seq, lease, term, payload FROM ${S} WHERE stream = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::int`,
+  };
+}

@@ -1,0 +1,2 @@
+export { RedisStore, DEFAULT_KEY_PREFIX, type RedisStoreOptions } from './redis-store.js';
+export type { RedisClient } from './driver.js';

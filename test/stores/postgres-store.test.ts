@@ -1,0 +1,261 @@
+/**
+ * PostgreSQL store beyond the contract suite, against real servers: failures (server down at
+ * start, a stalled statement, a lost LISTEN connection, a server restart under a leader), the
+ * user's own pool, table prefixes, fenced rows on a user's table, and a 10,000-lease renewal.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { InvalidArgumentError, StaleTermError, StoreUnavailableError } from '../../src/core/index.js';
+import type { Lease } from '../../src/core/index.js';
+import { LeaderElector } from '../../src/election/index.js';
+import { openStore } from '../../src/open.js';
+import { PostgresStore, fencedUpdate } from '../../src/stores/postgres/index.js';
+import type { PgPool } from '../../src/stores/postgres/index.js';
+import { PgInstance, freePort, pgBinariesAvailable } from './pg-instance.js';
+import { createPostgresDatabase } from './sql-servers.js';
+import type { TestDatabase } from './sql-servers.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const start = Date.now();
+  while (!cond()) {
+    if (Date.now() - start > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(10);
+  }
+}
+
+// The user's own pg.Pool fits the store's structural type (checked by the compiler).
+const _poolFits = (p: pg.Pool): PgPool => p;
+void _poolFits;
+
+describe('postgres store: server down at start', () => {
+  it('rejects with StoreUnavailableError naming host and port, and recovers nothing it did not do', async () => {
+    const port = await freePort(); // nothing listens there
+    const store = new PostgresStore({ url: `postgres://postgres@127.0.0.1:${port}/tenure`, timeoutMs: 2000 });
+    const err = await store.acquire('g', 'a~1', 1000).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(StoreUnavailableError);
+    expect((err as Error).message).toContain(`127.0.0.1:${port}`);
+    await expect(store.read('g')).rejects.toBeInstanceOf(StoreUnavailableError);
+    await store.close();
+  });
+
+  it('does the same through openStore(url)', async () => {
+    const port = await freePort();
+    const store = await openStore(`postgresql://postgres@127.0.0.1:${port}/tenure`);
+    expect(store.kind).toBe('postgres');
+    await expect(store.list()).rejects.toThrow(new RegExp(`127\\.0\\.0\\.1:${port}`));
+    await store.close();
+  });
+});
+
+describe('postgres store: on the shared server', () => {
+  let db: TestDatabase;
+  let pool: pg.Pool;
+  const stores: PostgresStore[] = [];
+  const open = (options: Partial<ConstructorParameters<typeof PostgresStore>[0]> = {}): PostgresStore => {
+    const s = options.pool ? new PostgresStore(options) : new PostgresStore({ url: db.url, ...options });
+    stores.push(s);
+    return s;
+  };
+
+  beforeAll(async () => {
+    db = await createPostgresDatabase();
+    pool = new pg.Pool({ connectionString: db.url, max: 4 });
+    pool.on('error', () => {}); // its clients are cut when the database is dropped
+  });
+  afterEach(async () => {
+    await Promise.all(stores.splice(0).map((s) => s.close()));
+  });
+  afterAll(async () => {
+    await pool.end();
+    await db.drop();
+  });
+
+  it("accepts the user's own pg.Pool and leaves it open on close", async () => {
+    const store = open({ pool, tablePrefix: 'own_' });
+    expect(store.endpoint).toMatch(/:5432$/);
+    expect((await store.acquire('g', 'a~1', 5000)).acquired).toBe(true);
+    await store.close();
+    expect((await pool.query('SELECT count(*)::int AS n FROM own_leases')).rows[0]).toEqual({ n: 1 });
+  });
+
+  it('keeps stores with different table prefixes apart and validates the prefix', async () => {
+    const a = open({ tablePrefix: 'app_a_' });
+    const b = open({ tablePrefix: 'app_b_' });
+    await a.acquire('g', 'a~1', 5000);
+    expect(await b.read('g')).toBeNull();
+    expect((await b.acquire('g', 'b~1', 5000)).lease.term).toBe(1);
+    for (const bad of ['', '1abc', 'a-b', 'x"; DROP TABLE y; --', 'a'.repeat(41)]) {
+      expect(() => new PostgresStore({ url: db.url, tablePrefix: bad })).toThrow(InvalidArgumentError);
+    }
+    const v = await pool.query('SELECT value FROM app_a_schema WHERE key = $1', ['version']);
+    expect(v.rows).toEqual([{ value: '1' }]);
+  });
+
+  it('creates the schema once when many stores start at the same moment', async () => {
+    const many = Array.from({ length: 6 }, () => open({ tablePrefix: 'race_' }));
+    const results = await Promise.all(many.map((s, i) => s.acquire('g', `n${i}~1`, 5000)));
+    expect(results.filter((r) => r.acquired)).toHaveLength(1);
+  });
+
+  it('a statement that gets no answer in time is "maybe": StoreUnavailableError, never a result', async () => {
+    const setup = open({ tablePrefix: 'stall_' });
+    await setup.acquire('g', 'a~1', 50);
+    const store = open({ tablePrefix: 'stall_', timeoutMs: 300 });
+    // Another session holds the lease row locked, so the next acquire waits on it.
+    const blocker = await pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT * FROM stall_leases WHERE name = $1 FOR UPDATE', ['g']);
+      const err = await store.acquire('g', 'b~1', 5000).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StoreUnavailableError);
+      expect((err as Error).message).toMatch(/127\.0\.0\.1:5432.*no answer within 300 ms; the outcome is unknown/);
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+    // The store is usable afterwards, and the term never went back.
+    const after = await setup.acquire('g', 'c~1', 5000);
+    // The stalled acquire may have landed after the lock was let go ("maybe"): either way term 2.
+    expect(after.lease.term).toBe(2);
+    expect(await store.read('g')).toMatchObject({ owner: after.lease.owner, term: 2 });
+  });
+
+  it('pushes a release made by another process, also after its LISTEN connection was cut', async () => {
+    // The watcher has its own pool, so that its connections can be told apart and cut.
+    const watcherPool = new pg.Pool({ connectionString: db.url, application_name: 'tenure-watcher' });
+    watcherPool.on('error', () => {});
+    const watcher = open({ pool: watcherPool, tablePrefix: 'push_', reconnectMs: 20 });
+    const other = open({ tablePrefix: 'push_' });
+    const seen: (string | null)[] = [];
+    const stop = watcher.watch('g', (l: Lease | null) => seen.push(l ? `${l.owner}@${l.term}` : null));
+    await sleep(200); // LISTEN established
+    await other.acquire('g', 'a~1', 5000);
+    await waitFor(() => seen.length === 1, 3000, 'takeover pushed');
+    // Cut the LISTEN connection from the server side; the store reconnects by itself.
+    const killed = await pool.query(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'tenure-watcher'",
+    );
+    expect(killed.rowCount).toBeGreaterThanOrEqual(1);
+    await other.release('g', 'a~1', 1);
+    await other.acquire('g', 'b~1', 5000);
+    await waitFor(() => seen.length >= 2 && seen[seen.length - 1] === 'b~1@2', 5000, 'changes seen after reconnect');
+    expect(seen[0]).toBe('a~1@1');
+    stop();
+    await watcher.close();
+    await watcherPool.end();
+  });
+
+  it('renews 10,000 leases in one statement and reports the lost ones', async () => {
+    const store = open({ tablePrefix: 'many_', timeoutMs: 30_000 });
+    await store.migrate();
+    await pool.query(
+      `INSERT INTO many_leases (name, owner, term, expires_at, ttl_ms, meta)
+       SELECT 'p/' || i, 'x~1', 1, now() + interval '1 minute', 60000, '{}' FROM generate_series(1, 10000) AS i`,
+    );
+    await pool.query(`UPDATE many_leases SET owner = 'y~1' WHERE name IN ('p/7', 'p/9999')`);
+    const batch = Array.from({ length: 10_000 }, (_, i) => ({ name: `p/${i + 1}`, term: 1 }));
+    const t0 = performance.now();
+    const results = await store.renewMany('x~1', batch, 30_000);
+    const ms = performance.now() - t0;
+    expect(results).toHaveLength(10_000);
+    const lost = results.flatMap((r, i) => (r.renewed ? [] : [batch[i]!.name]));
+    expect(lost).toEqual(['p/7', 'p/9999']);
+    expect(results[6]!.lease).toMatchObject({ owner: 'y~1' });
+    expect(results[0]!.lease).toMatchObject({ name: 'p/1', ttlMs: 30_000 });
+    console.log(`postgres renewMany: 10,000 leases in one statement, ${ms.toFixed(1)} ms`);
+  });
+
+  describe("fenced rows on the user's own table", () => {
+    it('applies an update only for a term >= the last one that wrote the row, in the same statement', async () => {
+      await pool.query('CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL, last_fence_token bigint)');
+      await pool.query('INSERT INTO accounts (id, balance) VALUES (1, 100), (2, 0)');
+      const t = (term: number) => ({ lease: 'billing', term });
+      expect(await fencedUpdate(pool, t(3), { table: 'accounts', set: { balance: 90 }, where: { id: 1 } })).toEqual({ updated: 1 });
+      expect(await fencedUpdate(pool, t(3), { table: 'accounts', set: { balance: 80 }, where: { id: 1 } })).toEqual({ updated: 1 });
+      const err = await fencedUpdate(pool, t(2), { table: 'accounts', set: { balance: 0 }, where: { id: 1 } }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StaleTermError);
+      expect(err).toMatchObject({ lease: 'billing', term: 2, currentTerm: 3 });
+      expect(await fencedUpdate(pool, t(4), { table: 'public.accounts', set: { balance: 70 }, where: { id: 1 } })).toEqual({ updated: 1 });
+      expect(await fencedUpdate(pool, t(1), { table: 'accounts', set: { balance: 5 }, where: { id: 99 } })).toEqual({ updated: 0 });
+      expect((await pool.query('SELECT id, balance, last_fence_token FROM accounts ORDER BY id')).rows).toEqual([
+        { id: 1, balance: 70, last_fence_token: '4' },
+        { id: 2, balance: 0, last_fence_token: null },
+      ]);
+      await expect(fencedUpdate(pool, t(5), { table: 'accounts; DROP TABLE x', set: { balance: 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
+      await expect(fencedUpdate(pool, t(5), { table: 'accounts', set: { 'balance = 0 --': 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
+      await expect(fencedUpdate(pool, t(5), { table: 'accounts', set: { balance: 1 }, where: {} })).rejects.toBeInstanceOf(InvalidArgumentError);
+    });
+
+    it('lets only one of two racing writers with different terms win, and never the older after the newer', async () => {
+      await pool.query('CREATE TABLE jobs (id int PRIMARY KEY, state text, last_fence_token bigint)');
+      await pool.query("INSERT INTO jobs (id, state) VALUES (1, 'new')");
+      const outcomes = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => {
+          const term = (i % 2) + 1;
+          return fencedUpdate(pool, { lease: 'jobs', term }, { table: 'jobs', set: { state: `by ${term}` }, where: { id: 1 } }).then(
+            () => `ok ${term}`,
+            (e: unknown) => (e instanceof StaleTermError ? 'stale' : `error ${String(e)}`),
+          );
+        }),
+      );
+      expect(outcomes.filter((o) => o.startsWith('error'))).toEqual([]);
+      const row = (await pool.query('SELECT state, last_fence_token FROM jobs WHERE id = 1')).rows[0];
+      expect(row).toEqual({ state: 'by 2', last_fence_token: '2' });
+      expect(outcomes.filter((o) => o === 'ok 2')).toHaveLength(20);
+    });
+  });
+});
+
+describe.skipIf(!pgBinariesAvailable())('postgres store: server restarted while a node leads', () => {
+  let inst: PgInstance | null = null;
+  afterEach(async () => {
+    await inst?.destroy();
+    inst = null;
+  });
+
+  it('stops leader work at the local deadline, recovers by itself, and the term never goes back', async () => {
+    inst = await PgInstance.create();
+    const store = new PostgresStore({ url: inst.url, timeoutMs: 500, reconnectMs: 50 });
+    const elector = new LeaderElector({ store, group: 'g', id: 'node', ttlMs: 1000 });
+    const elected: number[] = [];
+    let abortedAt: number | null = null;
+    void elector.runWhileLeader(({ signal, term }) => {
+      elected.push(term);
+      return new Promise<void>((resolve) =>
+        signal.addEventListener('abort', () => {
+          abortedAt ??= performance.now();
+          resolve();
+        }),
+      );
+    });
+    try {
+      await waitFor(() => elector.isLeader, 10_000, 'first election');
+      const first = elector.term!;
+      await sleep(400); // at least one renewal
+      const downAt = performance.now();
+      await inst.stop('immediate');
+      await waitFor(() => !elector.isLeader, 3000, 'leadership ends while the server is down');
+      // Leader work stopped no later than one TTL after the server went away (rule 2).
+      expect(abortedAt).not.toBeNull();
+      expect(abortedAt! - downAt).toBeLessThanOrEqual(1000);
+      await sleep(800); // the lease runs out by the server's clock too
+      await inst.start();
+      await waitFor(() => elector.isLeader, 20_000, 're-election after the restart');
+      const second = elector.term!;
+      expect(second).toBeGreaterThan(first);
+      expect(elected).toEqual([...elected].sort((a, b) => a - b));
+      // The old term is fenced off; the new one writes.
+      expect(await store.appendFenced({ lease: 'g', term: second }, 'log', 'after restart')).toBe(1);
+      await expect(store.appendFenced({ lease: 'g', term: first }, 'log', 'stale')).rejects.toBeInstanceOf(StaleTermError);
+    } finally {
+      await elector.stop();
+      await store.close();
+    }
+  });
+});

@@ -1,0 +1,109 @@
+/**
+ * Private `redis-server` processes for fault tests: each on a free port, no persistence, in its
+ * own temp dir; killed, paused (SIGSTOP), resumed and restarted on the same port.
+ */
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function ping(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect(port, '127.0.0.1');
+    const done = (ok: boolean): void => {
+      sock.destroy();
+      resolve(ok);
+    };
+    sock.setTimeout(200, () => done(false));
+    sock.once('error', () => done(false));
+    sock.once('connect', () => sock.write('PING\r\n'));
+    sock.once('data', (d) => done(d.toString().startsWith('+PONG')));
+  });
+}
+
+export class RedisServer {
+  readonly port: number;
+  readonly dir: string;
+  private proc: ChildProcess | null = null;
+
+  private constructor(port: number) {
+    this.port = port;
+    this.dir = mkdtempSync(join(tmpdir(), 'tenure-redis-'));
+  }
+
+  get address(): string {
+    return `127.0.0.1:${this.port}`;
+  }
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  static async start(): Promise<RedisServer> {
+    const server = new RedisServer(await freePort());
+    await server.restart();
+    return server;
+  }
+
+  /** Start (again) on the same port, with an empty data set. */
+  async restart(): Promise<void> {
+    if (this.proc) await this.kill();
+    const proc = spawn(
+      'redis-server',
+      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', this.dir, '--protected-mode', 'no', '--loglevel', 'warning'],
+      { stdio: 'ignore' },
+    );
+    this.proc = proc;
+    const until = Date.now() + 5000;
+    while (Date.now() < until) {
+      if (proc.exitCode !== null) throw new Error(`redis-server on ${this.port} exited with ${proc.exitCode}`);
+      if (await ping(this.port)) return;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    throw new Error(`redis-server on ${this.port} did not answer PING within 5 s`);
+  }
+
+  /** SIGKILL and wait for the exit. */
+  async kill(): Promise<void> {
+    const proc = this.proc;
+    if (!proc) return;
+    this.proc = null;
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+    proc.kill('SIGCONT');
+    proc.kill('SIGKILL');
+    await exited;
+  }
+
+  pause(): void {
+    this.proc?.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    this.proc?.kill('SIGCONT');
+  }
+
+  async stop(): Promise<void> {
+    await this.kill();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** Start `n` servers at once. */
+export async function startServers(n: number): Promise<RedisServer[]> {
+  return Promise.all(Array.from({ length: n }, () => RedisServer.start()));
+}

@@ -275,6 +275,9 @@ export class SqliteStore implements Store {
   // ---- internals ------------------------------------------------------------------------
 
   private migrate(): void {
+    // Fast path, no write lock: many processes open the same file at once (tenure run on every
+    // node), and the schema and clock epoch are almost always already in place.
+    if (this.schemaCurrent()) return;
     this.transaction(() => {
       this.db.exec(`
         CREATE TABLE IF NOT EXISTS tenure_schema (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -298,6 +301,16 @@ export class SqliteStore implements Store {
         this.db.prepare("INSERT OR REPLACE INTO tenure_schema (key, value) VALUES ('clock', ?)").run(this.clock.epoch);
       }
     });
+  }
+
+  private schemaCurrent(): boolean {
+    try {
+      const rows = this.db.prepare("SELECT key, value FROM tenure_schema WHERE key IN ('version', 'clock')").all();
+      const get = (key: string): unknown => rows.find((r) => r.key === key)?.value;
+      return get('version') === SCHEMA_VERSION && get('clock') === this.clock.epoch;
+    } catch {
+      return false; // no schema table yet
+    }
   }
 
   private prepare(): Statements {

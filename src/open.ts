@@ -18,8 +18,8 @@ export type StoreOptions =
   | { kind: 'redis'; url: string; keyPrefix?: string; commandTimeoutMs?: number }
   | { kind: 'etcd'; hosts: string[]; namespace?: string; requestTimeoutMs?: number };
 
-/** Schemes that later versions serve; named so the error can say so instead of "unknown". */
-const PLANNED = ['redis', 'redlock'];
+/** The schemes openStore serves, for error messages. */
+const AVAILABLE = 'sqlite:PATH, memory:, postgres://, mysql://, redis://, etcd:// (and redlock:// for tenure lock)';
 
 /** Parse a store URL into options; throws InvalidArgumentError (field `store`) on a bad URL. */
 export function parseStoreUrl(url: string): StoreOptions {
@@ -41,8 +41,7 @@ export function parseStoreUrl(url: string): StoreOptions {
   }
   if (scheme === 'postgres' || scheme === 'postgresql' || scheme === 'mysql') return parseSqlUrl(scheme === 'mysql' ? 'mysql' : 'postgres', url.trim());
   if (scheme === 'etcd') return parseEtcdUrl(url.trim());
-  if (PLANNED.includes(scheme)) throw new InvalidArgumentError('store', `the ${scheme} store is not available in this version of tenure (available: sqlite:, memory:)`);
-  throw new InvalidArgumentError('store', `unknown store scheme '${scheme}:' (available: sqlite:PATH, memory:)`);
+  throw new InvalidArgumentError('store', `unknown store scheme '${scheme}:' (available: ${AVAILABLE})`);
 }
 
 /**
@@ -184,6 +183,10 @@ export class TenureStore extends TypedEmitter<TenureStoreEvents> implements Stor
   }
   readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     return this.backend.readStream(stream, options);
+  }
+  /** Create or upgrade the backend's schema now, where it has one; a no-op otherwise. */
+  async migrate(): Promise<void> {
+    await this.backend.migrate?.();
   }
   close(): Promise<void> {
     return this.backend.close();

@@ -94,6 +94,11 @@ export interface Store {
    * Names must be distinct.
    */
   renewMany?(owner: string, leases: readonly RenewManyItem[], ttlMs: number): Promise<RenewResult[]>;
+  /**
+   * Optional: create or upgrade the store's tables now (stores with a schema otherwise do it on
+   * first use). Safe to call concurrently from many processes. `tenure migrate` calls it.
+   */
+  migrate?(): Promise<void>;
   /** Optional push: `listener` is called after the lease changes hands, is released or renewed. */
   watch?(name: string, listener: WatchListener): Unsubscribe;
   close(): Promise<void>;

@@ -118,7 +118,7 @@ export class SqliteStore implements Store {
       this.db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
       this.db.exec('PRAGMA journal_mode = WAL');
       this.db.exec('PRAGMA synchronous = FULL');
-      this.migrate();
+      this.createSchema();
       this.st = this.prepare();
     } catch (err) {
       this.db.close();
@@ -262,6 +262,11 @@ export class SqliteStore implements Store {
     };
   }
 
+  /** The schema is created or checked when the store opens; this only confirms it is open. */
+  async migrate(): Promise<void> {
+    if (this.closed) throw new ClosedError('sqlite store');
+  }
+
   close(): Promise<void> {
     if (!this.closed) {
       this.closed = true;
@@ -274,7 +279,7 @@ export class SqliteStore implements Store {
 
   // ---- internals ------------------------------------------------------------------------
 
-  private migrate(): void {
+  private createSchema(): void {
     // Fast path, no write lock: many processes open the same file at once (tenure run on every
     // node), and the schema and clock epoch are almost always already in place.
     if (this.schemaCurrent()) return;

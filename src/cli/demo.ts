@@ -1,0 +1,564 @@
+/**
+ * `tenure demo`: leader election and fencing, live, on this machine.
+ *
+ * N node processes share a fresh SQLite store; the leader appends fenced entries. The demo
+ *  1. freezes the leader (SIGSTOP) between its leadership check and its write, past its TTL,
+ *     and shows another node take over with a higher term;
+ *  2. resumes it (SIGCONT) and shows its write refused as stale;
+ *  3. kills the new leader (kill -9) and shows crash failover;
+ *  4. checks the stream: gap-free, terms never go back, one writer per term;
+ * then prints a summary. Every node process is stopped at the end, also when interrupted.
+ */
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { InvalidArgumentError, limits, parseDuration } from '../core/index.js';
+import type { Lease } from '../core/index.js';
+import type { TenureStore } from '../open.js';
+import { durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
+import type { CommandSpec } from './args.js';
+import { signalExitCode } from './child.js';
+import { NODES_FILE } from './demo-node.js';
+import type { DemoNodeEvent } from './demo-node.js';
+import { DemoView } from './demo-view.js';
+import type { DemoNodeView, DemoSummary } from './demo-view.js';
+import { formatMs } from './output.js';
+import type { CliIO } from './output.js';
+import { onTermination } from './signals.js';
+import type { TerminationSignal } from './signals.js';
+import { openCliStore, storeTarget } from './store.js';
+
+const GROUP = 'demo';
+const STREAM = 'demo';
+const DEFAULT_NODES = 3;
+const DEFAULT_DURATION_MS = 15_000;
+const DEFAULT_TTL_MS = 1000;
+const TICK_MS = 100;
+const POLL_MS = 20;
+
+export const demoSpec: CommandSpec = {
+  name: 'demo',
+  usage: 'demo [--nodes N] [--duration S] [--ttl D] [--json]',
+  summary: 'Watch election, takeover, a stale write refused and crash failover, live.',
+  description: [
+    'Starts N node processes on a fresh temporary SQLite store; the leader appends fenced entries.\n' +
+      'The demo freezes the leader (SIGSTOP) past its TTL, shows the takeover with a higher term,\n' +
+      'resumes the old leader and shows its stale write refused, then kills the new leader (kill -9)\n' +
+      'and shows crash failover. It ends with a summary and checks: failover times, terms, refused\n' +
+      'stale writes, entries and any safety violation. No process is left behind.',
+    'On a terminal the view is live; otherwise it prints plain lines, or with --json one JSON summary\n' +
+      '{ ok, failovers, terms, staleRejected, entries, violations, ... }. Exit code 0 when every step\n' +
+      'happened and no violation was found, 1 otherwise, 130 when interrupted.',
+  ],
+  options: {
+    nodes: { type: 'string', value: 'N', help: `number of node processes, 2 to 9 (default ${DEFAULT_NODES})` },
+    duration: { type: 'string', value: 'S', help: 'how long to run, in seconds or as 20s, 1m (default 15; the steps take about 8 s)' },
+    ttl: { type: 'string', value: 'D', help: 'lease time to live (default 1s)' },
+    json: { type: 'boolean', help: 'print one JSON summary instead of the live view' },
+  },
+  examples: ['npx tenure demo', 'tenure demo --nodes 5 --duration 30 --json'],
+};
+
+class Interrupted extends Error {}
+
+interface DemoNode extends DemoNodeView {
+  proc: ChildProcess;
+  /** Set before tenure stops or kills it, so its exit is not reported as a problem. */
+  expectedExit: boolean;
+  exited: Promise<void>;
+  stderrTail: string[];
+}
+
+interface Failover {
+  cause: 'pause' | 'crash';
+  from: string;
+  fromTerm: number;
+  to: string;
+  toTerm: number;
+  ms: number;
+}
+
+export async function demoCommand(argv: readonly string[], io: CliIO): Promise<number> {
+  const args = parseCommand(demoSpec, argv);
+  if (args.help) {
+    io.stdout.write(renderHelp(demoSpec));
+    return 0;
+  }
+  const nodeCount = integerOption(args.values, 'nodes', DEFAULT_NODES, 2, 9);
+  const durationMs = parseSeconds(stringOption(args.values, 'duration'));
+  const ttlMs = durationOption(args.values, 'ttl', DEFAULT_TTL_MS, 100, 60_000);
+  const json = flagOption(args.values, 'json');
+  const demo = new Demo(io, { nodeCount, durationMs, ttlMs, json });
+  return demo.run();
+}
+
+/** `--duration`: a bare number is seconds; otherwise a duration such as 20s or 1m. */
+function parseSeconds(text: string | undefined): number {
+  if (text === undefined) return DEFAULT_DURATION_MS;
+  const ms = /^\s*\d+(\.\d+)?\s*$/.test(text) ? Math.round(Number(text) * 1000) : parseDuration('--duration', text);
+  if (ms < 1000 || ms > 3_600_000) throw new InvalidArgumentError('--duration', `must be between 1 s and 1 h, got '${text}'`);
+  return ms;
+}
+
+interface DemoOptions {
+  nodeCount: number;
+  durationMs: number;
+  ttlMs: number;
+  json: boolean;
+}
+
+class Demo {
+  private readonly nodes: DemoNode[] = [];
+  private readonly failovers: Failover[] = [];
+  private readonly violations: string[] = [];
+  private readonly problems: string[] = [];
+  private readonly pids: number[] = [];
+  /** term -> owner, from the nodes' own `elected` reports. */
+  private readonly electedBy = new Map<number, { owner: string; node: string }>();
+  /** term -> writer and entry count, from the stream. */
+  private readonly termWriters = new Map<number, { owner: string; node: string; entries: number }>();
+  private staleRejected = 0;
+  private entries = 0;
+  private lastSeq = 0;
+  private lastTerm = 0;
+  private lease: Lease | null = null;
+  private readonly startedAt = performance.now();
+  private readonly interrupt = new AbortController();
+  private received: TerminationSignal | null = null;
+  private store: TenureStore | null = null;
+  private dir = '';
+  private storeUrl = '';
+  private readonly view: DemoView;
+  private readonly intervalMs: number;
+
+  constructor(
+    private readonly io: CliIO,
+    private readonly options: DemoOptions,
+  ) {
+    const live = !options.json && (io.stdout as NodeJS.WriteStream).isTTY === true;
+    this.view = new DemoView(io.stdout, live ? 'live' : options.json ? 'quiet' : 'plain', {
+      nodes: options.nodeCount,
+      ttlMs: options.ttlMs,
+      durationMs: options.durationMs,
+      group: GROUP,
+      color: live && !io.env.NO_COLOR,
+    });
+    this.intervalMs = Math.min(100, Math.max(50, Math.round(options.ttlMs / 12)));
+  }
+
+  async run(): Promise<number> {
+    const removeHandlers = onTermination({
+      stop: (sig) => {
+        this.received = sig;
+        this.interrupt.abort();
+      },
+      hurry: () => this.killAll('SIGKILL'),
+    });
+    let ticker: NodeJS.Timeout | null = null;
+    try {
+      this.dir = mkdtempSync(join(tmpdir(), 'tenure-demo-'));
+      const target = storeTarget(`sqlite:${join(this.dir, 'tenure.db')}`, this.io.env);
+      this.storeUrl = target.url;
+      this.store = await openCliStore(target, 2000);
+      this.view.start(target.url);
+      ticker = setInterval(() => void this.tick(), TICK_MS);
+      try {
+        await this.script();
+      } catch (err) {
+        if (!(err instanceof Interrupted)) throw err;
+        this.note('interrupted: stopping every node');
+      }
+    } finally {
+      if (ticker) clearInterval(ticker);
+      await this.shutdown();
+      await this.tick(); // read what the nodes wrote last
+      this.checkElections();
+      await this.store?.close();
+      if (this.dir) rmSync(this.dir, { recursive: true, force: true });
+      removeHandlers();
+    }
+    const summary = this.summary();
+    this.view.finish(summary);
+    if (this.options.json) this.io.stdout.write(`${JSON.stringify(summary)}\n`);
+    if (this.received) return signalExitCode(this.received);
+    return summary.ok ? 0 : 1;
+  }
+
+  // ---- the script -------------------------------------------------------------------------
+
+  private async script(): Promise<void> {
+    const { ttlMs, durationMs } = this.options;
+    for (let i = 1; i <= this.options.nodeCount; i++) this.spawnNode(`node-${i}`);
+    const first = await this.waitFor(() => this.leader(), 15_000 + 5 * ttlMs);
+    if (!first) {
+      this.problems.push(`no node was elected within ${formatMs(15_000 + 5 * ttlMs)}`);
+      return;
+    }
+    // Let the first leader write for a while, so the freeze interrupts steady work.
+    const pauseAt = Math.max(durationMs * 0.2, 0);
+    await this.waitFor(() => first.wrote >= 5 && this.elapsed() >= pauseAt, Math.max(pauseAt, 0) + 10 * this.intervalMs + 5000);
+
+    await this.pauseStep();
+    const killAt = Math.max(durationMs * 0.55, this.elapsed() + Math.max(1000, ttlMs));
+    await this.sleep(killAt - this.elapsed());
+    await this.crashStep();
+    await this.sleep(Math.max(durationMs - this.elapsed(), Math.max(1000, ttlMs)));
+  }
+
+  /** Freeze the leader past its TTL, watch the takeover, resume it and watch its write refused. */
+  private async pauseStep(): Promise<void> {
+    const { ttlMs } = this.options;
+    let frozen: DemoNode | null = null;
+    for (let attempt = 0; attempt < 3 && !frozen; attempt++) {
+      const leader = await this.waitFor(() => this.leader(), 5 * ttlMs + 5000);
+      if (!leader) break;
+      leader.freezeAsked = true;
+      signal(leader, 'SIGUSR2');
+      const ok = await this.waitFor(() => leader.state === 'frozen' || !leader.freezeAsked, 5 * this.intervalMs + 3000);
+      if (ok && leader.state === 'frozen') frozen = leader;
+      leader.freezeAsked = false;
+    }
+    if (!frozen) {
+      this.problems.push('the leader could not be frozen');
+      return;
+    }
+    const term = frozen.term ?? 0;
+    const frozenAt = performance.now();
+    this.note(`${frozen.name} frozen (SIGSTOP) after checking it leads, before its next write; its lease (term ${term}) runs out within ${formatMs(ttlMs)}`);
+    const next = await this.waitFor(() => this.leaderOtherThan(frozen, term), 10 * ttlMs + 10_000);
+    if (next) {
+      const ms = Math.round((next.electedAt ?? performance.now()) - frozenAt);
+      this.failovers.push({ cause: 'pause', from: frozen.name, fromTerm: term, to: next.name, toTerm: next.term ?? 0, ms });
+      this.note(`${next.name} took over with term ${next.term} ${formatMs(ms)} after the freeze`);
+      // Keep the old leader frozen well past its TTL, while the new one writes.
+      const since = next.wrote;
+      await this.waitFor(() => performance.now() - frozenAt >= 2 * ttlMs && next.wrote >= since + 3, 2 * ttlMs + 5000);
+    } else {
+      this.problems.push(`no takeover within ${formatMs(10 * ttlMs + 10_000)} of freezing ${frozen.name}`);
+    }
+    signal(frozen, 'SIGCONT');
+    frozen.state = 'resumed';
+    this.note(`${frozen.name} resumed (SIGCONT) after ${formatMs(performance.now() - frozenAt)}; it still believes it leads term ${term} and writes`);
+    if (!next) return;
+    const refused = await this.waitFor(() => frozen.staleRefused > 0, 5000 + 5 * ttlMs);
+    if (!refused) this.problems.push(`${frozen.name}'s write after resuming was not reported refused`);
+    await this.waitFor(() => frozen.state !== 'resumed' && frozen.state !== 'leader', 5000 + 3 * ttlMs);
+  }
+
+  /** Kill the leader with SIGKILL and watch another node take over when its lease runs out. */
+  private async crashStep(): Promise<void> {
+    const { ttlMs } = this.options;
+    const leader = await this.waitFor(() => this.leader(), 10 * ttlMs + 5000);
+    if (!leader) {
+      this.problems.push('no leader to kill');
+      return;
+    }
+    const term = leader.term ?? 0;
+    leader.expectedExit = true;
+    signal(leader, 'SIGKILL');
+    const killedAt = performance.now();
+    leader.state = 'killed';
+    leader.term = null;
+    this.note(`${leader.name} killed (kill -9) while leading term ${term}`);
+    const next = await this.waitFor(() => this.leaderOtherThan(leader, term), 10 * ttlMs + 10_000);
+    if (!next) {
+      this.problems.push(`no takeover within ${formatMs(10 * ttlMs + 10_000)} of killing ${leader.name}`);
+      return;
+    }
+    const ms = Math.round((next.electedAt ?? performance.now()) - killedAt);
+    this.failovers.push({ cause: 'crash', from: leader.name, fromTerm: term, to: next.name, toTerm: next.term ?? 0, ms });
+    this.note(`${next.name} took over with term ${next.term} ${formatMs(ms)} after the crash`);
+    await leader.exited;
+    this.spawnNode(leader.name);
+    this.note(`${leader.name} restarted as a new incarnation`);
+  }
+
+  // ---- nodes ------------------------------------------------------------------------------
+
+  private spawnNode(name: string): void {
+    const bin = binPath();
+    const proc = spawn(
+      process.execPath,
+      [bin, 'demo-node', '--store', this.storeUrl, '--group', GROUP, '--stream', STREAM, '--id', name, '--ttl', String(this.options.ttlMs), '--interval', String(this.intervalMs), '--demo-dir', this.dir],
+      { stdio: ['pipe', 'pipe', 'pipe'], env: { ...this.io.env, TENURE_STORE: this.storeUrl } },
+    );
+    const existing = this.nodes.find((n) => n.name === name);
+    const node: DemoNode = existing ?? {
+      name,
+      pid: 0,
+      owner: null,
+      state: 'starting',
+      term: null,
+      wrote: 0,
+      staleRefused: 0,
+      electedAt: null,
+      freezeAsked: false,
+      proc,
+      expectedExit: false,
+      exited: Promise.resolve(),
+      stderrTail: [],
+    };
+    if (!existing) this.nodes.push(node);
+    node.proc = proc;
+    node.pid = proc.pid ?? 0;
+    node.owner = null;
+    node.state = 'starting';
+    node.term = null;
+    node.expectedExit = false;
+    node.stderrTail = [];
+    if (proc.pid) this.pids.push(proc.pid);
+    writeFileSync(join(this.dir, NODES_FILE), JSON.stringify(this.pids));
+    node.exited = new Promise<void>((resolve) => {
+      proc.once('exit', (code, sig) => {
+        if (node.proc === proc) {
+          if (!node.expectedExit) {
+            this.problems.push(`${name} exited unexpectedly (${sig ?? `code ${code}`})${node.stderrTail.length ? `: ${node.stderrTail.join(' | ')}` : ''}`);
+          }
+          if (node.state !== 'killed') node.state = 'stopped';
+          node.term = null;
+        }
+        resolve();
+      });
+      proc.once('error', () => resolve());
+    });
+    proc.stdin?.on('error', () => {});
+    createInterface({ input: proc.stdout! }).on('line', (line) => this.onNodeLine(node, proc, line));
+    createInterface({ input: proc.stderr! }).on('line', (line) => {
+      node.stderrTail.push(line);
+      if (node.stderrTail.length > 5) node.stderrTail.shift();
+    });
+  }
+
+  private onNodeLine(node: DemoNode, proc: ChildProcess, line: string): void {
+    if (node.proc !== proc) return;
+    let e: DemoNodeEvent;
+    try {
+      e = JSON.parse(line) as DemoNodeEvent;
+    } catch {
+      return;
+    }
+    switch (e.event) {
+      case 'hello':
+        node.owner = e.owner;
+        node.state = 'follower';
+        this.note(`${node.name} started (pid ${e.pid}) as ${e.owner}`);
+        break;
+      case 'elected': {
+        node.state = 'leader';
+        node.term = e.term;
+        node.electedAt = performance.now();
+        const before = this.electedBy.get(e.term);
+        if (before && before.owner !== node.owner) {
+          this.violations.push(`term ${e.term} was won twice: by ${before.node} and by ${node.name}`);
+        }
+        this.electedBy.set(e.term, { owner: node.owner ?? '?', node: node.name });
+        this.note(`${node.name} elected, term ${e.term}`);
+        break;
+      }
+      case 'deposed':
+        if (node.state !== 'killed') node.state = 'follower';
+        node.term = null;
+        this.note(`${node.name} stepped down from term ${e.term} (${e.reason})`);
+        break;
+      case 'freezing':
+        node.state = 'frozen';
+        break;
+      case 'resumed':
+        break;
+      case 'freeze-skipped':
+        node.freezeAsked = false;
+        break;
+      case 'stale':
+        node.staleRefused++;
+        this.staleRejected++;
+        this.note(`${node.name}'s write refused: ${e.message}`);
+        break;
+      case 'store-error':
+        this.note(`${node.name}: store error: ${e.message}`);
+        break;
+      case 'stopped':
+        break;
+    }
+  }
+
+  private leader(): DemoNode | null {
+    return this.nodes.find((n) => n.state === 'leader') ?? null;
+  }
+
+  private leaderOtherThan(node: DemoNode, term: number): DemoNode | null {
+    return this.nodes.find((n) => n !== node && n.state === 'leader' && (n.term ?? 0) > term) ?? null;
+  }
+
+  private killAll(sig: NodeJS.Signals): void {
+    for (const n of this.nodes) {
+      if (n.state === 'stopped' || n.state === 'killed') continue;
+      n.expectedExit = true;
+      signal(n, sig);
+    }
+  }
+
+  /** Stop every node: resume the frozen, SIGTERM all, SIGKILL what is left after 3 s. */
+  private async shutdown(): Promise<void> {
+    for (const n of this.nodes) {
+      n.expectedExit = true;
+      signal(n, 'SIGCONT');
+      signal(n, 'SIGTERM');
+      n.proc.stdin?.end();
+    }
+    const all = Promise.all(this.nodes.map((n) => n.exited));
+    const inTime = await Promise.race([all.then(() => true), delay(3000).then(() => false)]);
+    if (!inTime) {
+      for (const n of this.nodes) signal(n, 'SIGKILL');
+      await Promise.race([all, delay(3000)]);
+    }
+  }
+
+  // ---- watching the store -----------------------------------------------------------------
+
+  private ticking = false;
+
+  private async tick(): Promise<void> {
+    if (this.ticking || !this.store) return;
+    this.ticking = true;
+    try {
+      this.lease = await this.store.read(GROUP);
+      for (;;) {
+        const batch = await this.store.readStream(STREAM, { after: this.lastSeq, limit: limits.readLimitMax });
+        for (const e of batch) this.checkEntry(e.seq, e.term, e.payload);
+        if (batch.length < limits.readLimitMax) break;
+      }
+    } catch {
+      // A busy database is read again on the next tick.
+    } finally {
+      this.ticking = false;
+    }
+    this.view.render(this.viewState());
+  }
+
+  /** The safety checks on each entry, in sequence order. */
+  private checkEntry(seq: number, term: number, payload: string): void {
+    if (seq !== this.lastSeq + 1) this.violations.push(`entry #${seq} follows #${this.lastSeq}: the sequence has a gap`);
+    if (term < this.lastTerm) this.violations.push(`entry #${seq} has term ${term} after term ${this.lastTerm}: a stale write was accepted`);
+    let writer: { node?: unknown; owner?: unknown } = {};
+    try {
+      writer = JSON.parse(payload) as { node?: unknown; owner?: unknown };
+    } catch {
+      this.violations.push(`entry #${seq} has a payload no node wrote`);
+    }
+    const owner = String(writer.owner ?? '?');
+    const node = String(writer.node ?? '?');
+    const seen = this.termWriters.get(term);
+    if (!seen) this.termWriters.set(term, { owner, node, entries: 1 });
+    else {
+      seen.entries++;
+      if (seen.owner !== owner) this.violations.push(`term ${term} has two writers: ${seen.owner} and ${owner} (entry #${seq})`);
+    }
+    const slot = this.nodes.find((n) => n.name === node);
+    if (slot) slot.wrote++;
+    this.lastSeq = seq;
+    this.lastTerm = Math.max(this.lastTerm, term);
+    this.entries++;
+  }
+
+  /** Every term that was written must have been won, by the node that wrote it. */
+  private checkElections(): void {
+    for (const [term, w] of this.termWriters) {
+      const won = this.electedBy.get(term);
+      if (!won) this.violations.push(`term ${term} was written by ${w.node} but no node reported winning it`);
+      else if (won.owner !== w.owner) this.violations.push(`term ${term} was won by ${won.node} but written by ${w.node}`);
+    }
+  }
+
+  // ---- helpers ----------------------------------------------------------------------------
+
+  private elapsed(): number {
+    return performance.now() - this.startedAt;
+  }
+
+  private note(text: string): void {
+    this.view.note(this.elapsed(), text);
+  }
+
+  /** Poll `check` until it returns something truthy; null after `timeoutMs`. Throws when interrupted. */
+  private async waitFor<T>(check: () => T | null | false | undefined, timeoutMs: number): Promise<T | null> {
+    const until = performance.now() + timeoutMs;
+    for (;;) {
+      if (this.interrupt.signal.aborted) throw new Interrupted();
+      const value = check();
+      if (value) return value;
+      if (performance.now() >= until) return null;
+      await delay(POLL_MS);
+    }
+  }
+
+  private async sleep(ms: number): Promise<void> {
+    const until = performance.now() + ms;
+    while (performance.now() < until) {
+      if (this.interrupt.signal.aborted) throw new Interrupted();
+      await delay(Math.min(POLL_MS * 5, until - performance.now()));
+    }
+    if (this.interrupt.signal.aborted) throw new Interrupted();
+  }
+
+  private viewState(): Parameters<DemoView['render']>[0] {
+    return {
+      elapsedMs: this.elapsed(),
+      nodes: this.nodes,
+      lease: this.lease,
+      entries: this.entries,
+      lastSeq: this.lastSeq,
+      lastTerm: this.lastTerm,
+      staleRejected: this.staleRejected,
+      violations: this.violations.length,
+    };
+  }
+
+  private summary(): DemoSummary {
+    const terms = [...new Set([...this.electedBy.keys(), ...this.termWriters.keys()])]
+      .sort((a, b) => a - b)
+      .map((term) => ({
+        term,
+        node: this.termWriters.get(term)?.node ?? this.electedBy.get(term)?.node ?? '?',
+        entries: this.termWriters.get(term)?.entries ?? 0,
+      }));
+    const steps = this.failovers.length === 2 && this.staleRejected > 0;
+    return {
+      ok: this.violations.length === 0 && this.problems.length === 0 && steps && !this.received,
+      nodes: this.options.nodeCount,
+      ttlMs: this.options.ttlMs,
+      durationMs: Math.round(this.elapsed()),
+      failovers: this.failovers,
+      terms,
+      staleRejected: this.staleRejected,
+      entries: this.entries,
+      violations: this.violations,
+      problems: this.problems,
+      pids: this.pids,
+      interrupted: this.received !== null,
+    };
+  }
+}
+
+function signal(node: DemoNode, sig: NodeJS.Signals): void {
+  if (node.proc.exitCode !== null || node.proc.signalCode !== null) return;
+  try {
+    node.proc.kill(sig);
+  } catch {
+    // already gone
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+}
+
+/** The tenure entry script, to start the nodes with. */
+function binPath(): string {
+  const bin = fileURLToPath(new URL('../../../bin/tenure.js', import.meta.url));
+  if (existsSync(bin)) return bin;
+  return process.argv[1] ?? bin;
+}

@@ -1,0 +1,186 @@
+/**
+ * `tenure lock NAME -- CMD`: hold a distributed lock while CMD runs, like flock(1) across
+ * machines, with the fencing token in CMD's environment.
+ */
+import { checkName, checkOwner, formatToken, limits } from '../core/index.js';
+import { TenureError } from '../core/index.js';
+import { openRedlock, parseRedlockUrl } from '../locks/index.js';
+import type { AcquireOptions, LockHandle, Redlock } from '../locks/index.js';
+import { durationOption, flagOption, parseCommand, renderHelp, stringOption } from './args.js';
+import type { CommandSpec } from './args.js';
+import { ChildJob, exitOrAbort, signalExitCode } from './child.js';
+import type { StopReport } from './child.js';
+import { TransitionLog, describeExit, formatMs } from './output.js';
+import type { CliIO } from './output.js';
+import { onTermination } from './signals.js';
+import type { TerminationSignal } from './signals.js';
+import { STORE_OPTION, StoreOpenError, openCliStore, probeStore, storeTarget } from './store.js';
+import type { StoreTarget } from './store.js';
+
+const DEFAULT_TTL_MS = 10_000;
+const DEFAULT_GRACE_MS = 5000;
+
+export const lockSpec: CommandSpec = {
+  name: 'lock',
+  usage: 'lock NAME [--store URL] [--ttl D] [--wait D] [--grace D] [--id ID] [--json] -- CMD [ARGS…]',
+  summary: 'Acquire the lock NAME, run CMD while holding it, then release it.',
+  description: [
+    'Waits for the lock (forever unless --wait is given), then runs CMD with TENURE_LOCK, TENURE_GROUP\n' +
+      '(both NAME), TENURE_TERM, TENURE_TOKEN and TENURE_STORE in its environment. The lock is renewed\n' +
+      'while CMD runs; if it is lost, CMD\'s process group gets SIGTERM, then SIGKILL after --grace.',
+    'Exit codes: CMD\'s own code (1 if CMD exited 0 after being stopped because the lock was lost);\n' +
+      '4 when the lock was not acquired within --wait; 130/143 after SIGINT/SIGTERM; 2 for bad usage.',
+  ],
+  options: {
+    store: STORE_OPTION,
+    ttl: { type: 'string', value: 'D', help: 'lease time to live (default 10s)' },
+    wait: { type: 'string', value: 'D', help: 'give up with exit code 4 after waiting this long (default: wait forever)' },
+    grace: { type: 'string', value: 'D', help: 'time between SIGTERM and SIGKILL when stopping CMD (default 5s)' },
+    id: { type: 'string', value: 'ID', help: 'node id (default: hostname-pid); a per-process suffix is added' },
+    json: { type: 'boolean', help: 'transitions as JSON lines on stderr' },
+  },
+  positionals: { min: 1, max: 1, label: 'the lock NAME' },
+  takesCommand: true,
+  examples: ['tenure lock db-migrations --wait 30s -- npm run migrate'],
+};
+
+export async function lockCommand(argv: readonly string[], io: CliIO): Promise<number> {
+  const args = parseCommand(lockSpec, argv);
+  if (args.help) {
+    io.stdout.write(renderHelp(lockSpec));
+    return 0;
+  }
+  const { values } = args;
+  const name = checkName('NAME', args.positionals[0]);
+  const ttlMs = durationOption(values, 'ttl', DEFAULT_TTL_MS, limits.ttlMinMs, limits.ttlMaxMs);
+  const waitText = stringOption(values, 'wait');
+  const waitMs = waitText === undefined ? undefined : durationOption(values, 'wait', 0, 0, limits.ttlMaxMs);
+  const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, 3_600_000);
+  const id = stringOption(values, 'id');
+  if (id !== undefined) checkOwner('--id', id);
+  const storeFlag = stringOption(values, 'store');
+  const redlockUrl = redlockTarget(storeFlag, io.env);
+  const target = redlockUrl ? { url: redlockUrl, display: redlockUrl.replace(/\/\/[^@/]*@/, '//***@') } : storeTarget(storeFlag, io.env);
+  const [command, ...commandArgs] = args.command as [string, ...string[]];
+  const log = new TransitionLog(io.stderr, flagOption(values, 'json'), { lock: name });
+
+  const source = redlockUrl ? await openRedlockSource(redlockUrl, target.display) : await openStoreSource(target as StoreTarget);
+  let handle: LockHandle | null = null;
+  let child: ChildJob | null = null;
+  let received: TerminationSignal | null = null;
+  const interrupted = new AbortController();
+  const stopReport: StopReport = {
+    onTerm: (pid) =>
+      log.event('child-stopping', `stopping child ${pid}: SIGTERM to its process group, SIGKILL after ${formatMs(graceMs)}`, { pid, signal: 'SIGTERM', graceMs }),
+    onKill: (pid) => log.event('child-killed', `child ${pid} still running after ${formatMs(graceMs)}: SIGKILL to its process group`, { pid, signal: 'SIGKILL' }),
+  };
+  const removeHandlers = onTermination({
+    stop: (sig) => {
+      received = sig;
+      log.event('signal', `received ${sig}: stopping`, { signal: sig });
+      interrupted.abort();
+    },
+    hurry: () => child?.hurry(),
+  });
+  try {
+    await source.probe(name);
+    log.event('waiting', `waiting for lock ${name}${waitMs !== undefined ? ` (up to ${formatMs(waitMs)})` : ''}`, { waitMs: waitMs ?? null });
+    try {
+      handle = await source.acquire(name, { ttlMs, ...(id !== undefined ? { id } : {}) }, {
+        signal: interrupted.signal,
+        ...(waitMs !== undefined ? { waitMs } : {}),
+      });
+    } catch (err) {
+      if (received) return signalExitCode(received);
+      throw err; // LockTimeoutError: exit code 4
+
+    }
+    const token = formatToken(handle.token);
+    log.event('acquired', `acquired lock ${name}, term ${handle.term} (token ${token})`, { term: handle.term, token });
+    const env: NodeJS.ProcessEnv = {
+      ...io.env,
+      TENURE_LOCK: name,
+      TENURE_GROUP: name,
+      TENURE_TERM: String(handle.term),
+      TENURE_TOKEN: token,
+      TENURE_STORE: target.url,
+    };
+    child = new ChildJob(command, commandArgs, env);
+    if (child.pid !== undefined) log.event('child-started', `started child ${child.pid}: ${args.command.join(' ')}`, { pid: child.pid });
+    const ended = eitherSignal(handle.signal, interrupted.signal);
+    const exit = await exitOrAbort(child, ended);
+    if (exit !== null) {
+      log.event('child-exited', `child ${child.pid ?? '?'} exited: ${describeExit(exit)}`, { pid: child.pid ?? null, code: exit.code, signal: exit.signal, error: exit.error });
+      return received ? signalExitCode(received) : exit.code;
+    }
+    const lost = handle.signal.aborted && !received;
+    if (lost) log.event('lost', `lost lock ${name} (term ${handle.term}): ${reasonText(handle.signal.reason)}`, { term: handle.term });
+    const stopped = await child.stop(graceMs, stopReport);
+    log.event('child-exited', `child ${child.pid ?? '?'} exited: ${describeExit(stopped)}`, { pid: child.pid ?? null, code: stopped.code, signal: stopped.signal });
+    if (received) return signalExitCode(received);
+    return stopped.code === 0 ? 1 : stopped.code;
+  } finally {
+    if (child && !child.hasExited) await child.stop(graceMs, stopReport);
+    if (handle) {
+      const held = !handle.signal.aborted;
+      await handle.release();
+      if (held) log.event('released', `released lock ${name} (term ${handle.term})`, { term: handle.term });
+    }
+    removeHandlers();
+    await source.close();
+  }
+}
+
+/** Where locks come from: a tenure store, or Redlock over independent Redis servers. */
+interface LockSource {
+  probe(name: string): Promise<void>;
+  acquire(name: string, options: { ttlMs: number; id?: string }, acquire: AcquireOptions): Promise<LockHandle>;
+  close(): Promise<void>;
+}
+
+/** The redlock:// URL when --store (or TENURE_STORE) names one, else null. */
+function redlockTarget(flag: string | undefined, env: NodeJS.ProcessEnv): string | null {
+  const given = (flag ?? env.TENURE_STORE ?? '').trim();
+  if (!/^redlock:/i.test(given)) return null;
+  parseRedlockUrl(given); // bad input: InvalidArgumentError, exit 2
+  return given;
+}
+
+async function openStoreSource(target: StoreTarget): Promise<LockSource> {
+  const store = await openCliStore(target);
+  return {
+    probe: (name) => probeStore(store, target, name),
+    acquire: (name, options, acquire) => store.lock(name, options).acquire(acquire),
+    close: () => store.close(),
+  };
+}
+
+async function openRedlockSource(url: string, display: string): Promise<LockSource> {
+  let redlock: Redlock;
+  try {
+    redlock = await openRedlock(url);
+  } catch (err) {
+    if (err instanceof TenureError) throw err;
+    throw new StoreOpenError(`cannot open ${display}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+  return {
+    // Redlock needs only a quorum, which acquire itself establishes (or fails with exit code 4).
+    probe: () => Promise.resolve(),
+    acquire: (name, options, acquire) => redlock.lock(name, { ttlMs: options.ttlMs }).acquire(acquire),
+    close: () => redlock.close(),
+  };
+}
+
+function reasonText(reason: unknown): string {
+  return reason instanceof Error ? reason.message : String(reason);
+}
+
+/** A signal that aborts when either of two does (AbortSignal.any needs Node >= 20.3). */
+function eitherSignal(a: AbortSignal, b: AbortSignal): AbortSignal {
+  const both = new AbortController();
+  const abort = (): void => both.abort();
+  if (a.aborted || b.aborted) abort();
+  a.addEventListener('abort', abort, { once: true });
+  b.addEventListener('abort', abort, { once: true });
+  return both.signal;
+}

@@ -1,0 +1,90 @@
+/**
+ * `tenure log`: the entries of a fenced stream with sequence number, token and payload;
+ * `--follow` keeps printing new ones.
+ */
+import { checkName } from '../core/index.js';
+import type { StreamEntry } from '../core/index.js';
+import { flagOption, parseCommand, renderHelp, stringOption } from './args.js';
+import type { CommandSpec } from './args.js';
+import { signalExitCode } from './child.js';
+import type { CliIO } from './output.js';
+import { onTermination } from './signals.js';
+import type { TerminationSignal } from './signals.js';
+import { ONE_SHOT_BUSY_TIMEOUT_MS } from './status.js';
+import { STORE_OPTION, openCliStore, storeTarget } from './store.js';
+
+const PAGE = 10_000;
+const FOLLOW_POLL_MS = 200;
+
+export const logSpec: CommandSpec = {
+  name: 'log',
+  usage: 'log --stream S [--store URL] [--json] [--follow]',
+  summary: 'Print the entries of stream S: sequence number, the token (LEASE#TERM) that wrote it, payload.',
+  description: ['With --json, one JSON object { seq, lease, term, payload } per line. --follow keeps\nprinting new entries until interrupted.'],
+  options: {
+    stream: { type: 'string', value: 'S', help: 'the stream to read' },
+    store: STORE_OPTION,
+    json: { type: 'boolean', help: 'JSON lines' },
+    follow: { type: 'boolean', short: 'f', help: 'keep printing new entries' },
+  },
+  required: ['stream'],
+  examples: ['tenure log --stream invoices', 'tenure log --stream invoices --follow --json'],
+};
+
+export async function logCommand(argv: readonly string[], io: CliIO): Promise<number> {
+  const args = parseCommand(logSpec, argv);
+  if (args.help) {
+    io.stdout.write(renderHelp(logSpec));
+    return 0;
+  }
+  const stream = checkName('--stream', stringOption(args.values, 'stream'));
+  const json = flagOption(args.values, 'json');
+  const follow = flagOption(args.values, 'follow');
+  const target = storeTarget(stringOption(args.values, 'store'), io.env);
+  const store = await openCliStore(target, ONE_SHOT_BUSY_TIMEOUT_MS);
+  let received: TerminationSignal | null = null;
+  let wake: () => void = () => {};
+  const removeHandlers = follow
+    ? onTermination({
+        stop: (sig) => {
+          received = sig;
+          wake();
+        },
+      })
+    : () => {};
+  const print = (e: StreamEntry): void => {
+    io.stdout.write(
+      json
+        ? `${JSON.stringify({ seq: e.seq, lease: e.lease, term: e.term, payload: e.payload })}\n`
+        : `${String(e.seq).padStart(6)}  ${e.lease}#${e.term}  ${escapeControl(e.payload)}\n`,
+    );
+  };
+  try {
+    let after = 0;
+    for (;;) {
+      const entries = await store.readStream(stream, { after, limit: PAGE });
+      for (const e of entries) print(e);
+      after = entries.at(-1)?.seq ?? after;
+      if (entries.length === PAGE) continue;
+      if (!follow || received) break;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, FOLLOW_POLL_MS);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      if (received) break;
+    }
+  } finally {
+    removeHandlers();
+    await store.close();
+  }
+  return received ? signalExitCode(received) : 0;
+}
+
+/** Payload text on one line: control characters (newlines, escapes) as JSON escapes. */
+function escapeControl(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f]/g, (c) => JSON.stringify(c).slice(1, -1));
+}

@@ -1,0 +1,62 @@
+/**
+ * Transition lines on stderr for the long-running commands (`run`, `lock`): one readable line
+ * per event, or one JSON object per line with `--json`.
+ */
+import type { Writable } from 'node:stream';
+
+export type EventFields = Record<string, string | number | boolean | null | undefined>;
+
+/** How often the same store error is repeated while it persists, ms. */
+const REPEAT_ERROR_MS = 10_000;
+
+export class TransitionLog {
+  private lastError: { text: string; at: number } | null = null;
+
+  constructor(
+    private readonly out: Writable,
+    private readonly json: boolean,
+    private readonly base: EventFields,
+    private readonly prefix = 'tenure',
+  ) {}
+
+  /** Report `event`; `text` is the human line, `fields` the JSON payload. */
+  event(event: string, text: string, fields: EventFields = {}): void {
+    if (this.json) {
+      const record: Record<string, unknown> = { time: new Date().toISOString(), event, ...this.base };
+      for (const [k, v] of Object.entries(fields)) if (v !== undefined) record[k] = v;
+      this.out.write(`${JSON.stringify(record)}\n`);
+    } else {
+      this.out.write(`${this.prefix}: ${text}\n`);
+    }
+  }
+
+  /** Report an error that may repeat every retry: the same text at most once per 10 s. */
+  error(event: string, text: string, fields: EventFields = {}): void {
+    const now = performance.now();
+    if (this.lastError && this.lastError.text === text && now - this.lastError.at < REPEAT_ERROR_MS) return;
+    this.lastError = { text, at: now };
+    this.event(event, text, fields);
+  }
+}
+
+/** `1234` -> `1.2s`, `950` -> `950ms`. */
+export function formatMs(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)}ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)}s`;
+  const m = Math.floor(ms / 60_000);
+  const s = Math.round((ms % 60_000) / 1000);
+  return `${m}m${String(s).padStart(2, '0')}s`;
+}
+
+/** A child's exit as words: `code 0`, `signal SIGTERM (143)`. */
+export function describeExit(exit: { code: number; signal: NodeJS.Signals | null; error?: string }): string {
+  if (exit.error) return `${exit.error} (${exit.code})`;
+  return exit.signal ? `signal ${exit.signal} (${exit.code})` : `code ${exit.code}`;
+}
+
+/** Where a command writes and what environment it sees. */
+export interface CliIO {
+  readonly stdout: Writable;
+  readonly stderr: Writable;
+  readonly env: NodeJS.ProcessEnv;
+}

@@ -1,0 +1,65 @@
+/**
+ * `tenure status`: every live lease (or one group's) with owner, term, time left and meta.
+ */
+import { checkName } from '../core/index.js';
+import type { Lease } from '../core/index.js';
+import { flagOption, parseCommand, renderHelp, stringOption } from './args.js';
+import type { CommandSpec } from './args.js';
+import { formatMs } from './output.js';
+import type { CliIO } from './output.js';
+import { STORE_OPTION, openCliStore, storeTarget } from './store.js';
+
+/** One-shot commands may wait this long for another process's SQLite transaction, ms. */
+export const ONE_SHOT_BUSY_TIMEOUT_MS = 2000;
+
+export const statusSpec: CommandSpec = {
+  name: 'status',
+  usage: 'status [--store URL] [--group G] [--json]',
+  summary: 'Show the live leases: name, owner, term, time until expiry, and meta.',
+  description: ['With --json, prints one JSON array of { name, owner, term, expiresInMs, ttlMs, meta }.'],
+  options: {
+    store: STORE_OPTION,
+    group: { type: 'string', value: 'G', help: 'only this group (lease name)' },
+    json: { type: 'boolean', help: 'print JSON' },
+  },
+  examples: ['tenure status', 'tenure status --group billing --json'],
+};
+
+export async function statusCommand(argv: readonly string[], io: CliIO): Promise<number> {
+  const args = parseCommand(statusSpec, argv);
+  if (args.help) {
+    io.stdout.write(renderHelp(statusSpec));
+    return 0;
+  }
+  const groupText = stringOption(args.values, 'group');
+  const group = groupText === undefined ? undefined : checkName('--group', groupText);
+  const target = storeTarget(stringOption(args.values, 'store'), io.env);
+  const store = await openCliStore(target, ONE_SHOT_BUSY_TIMEOUT_MS);
+  let leases: Lease[];
+  try {
+    if (group !== undefined) {
+      const lease = await store.read(group);
+      leases = lease ? [lease] : [];
+    } else {
+      leases = await store.list();
+    }
+  } finally {
+    await store.close();
+  }
+  if (flagOption(args.values, 'json')) {
+    const out = leases.map((l) => ({ name: l.name, owner: l.owner, term: l.term, expiresInMs: Math.round(l.remainingMs), ttlMs: l.ttlMs, meta: l.meta }));
+    io.stdout.write(`${JSON.stringify(out)}\n`);
+    return 0;
+  }
+  if (leases.length === 0) {
+    io.stdout.write(group !== undefined ? `${group}: no leader (no live lease)\n` : 'no live leases\n');
+    return 0;
+  }
+  const rows = [
+    ['NAME', 'OWNER', 'TERM', 'EXPIRES IN', 'META'],
+    ...leases.map((l) => [l.name, l.owner, String(l.term), formatMs(l.remainingMs), Object.keys(l.meta).length ? JSON.stringify(l.meta) : '']),
+  ];
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  for (const r of rows) io.stdout.write(`${r.map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ').trimEnd()}\n`);
+  return 0;
+}

@@ -1,0 +1,89 @@
+/**
+ * Which store a command uses (`--store`, else TENURE_STORE, else the embedded SQLite default) and
+ * opening it with failures turned into one line that names the store.
+ */
+import { resolve } from 'node:path';
+import { InvalidArgumentError, TenureError } from '../core/index.js';
+import { DEFAULT_STORE_URL, openStore, parseStoreUrl } from '../open.js';
+import type { StoreOptions, TenureStore } from '../open.js';
+import type { OptionSpec } from './args.js';
+
+export const STORE_OPTION: OptionSpec = {
+  type: 'string',
+  value: 'URL',
+  help: `store URL (default: $TENURE_STORE, else ${DEFAULT_STORE_URL})`,
+};
+
+/** The store could not be opened; the message names it. Exit code 1. */
+export class StoreOpenError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreOpenError';
+  }
+}
+
+export interface StoreTarget {
+  /** The URL as a child process should receive it: SQLite paths made absolute. */
+  readonly url: string;
+  /** The URL for messages: any password replaced by `***`. */
+  readonly display: string;
+  readonly options: StoreOptions;
+}
+
+/**
+ * Pick and check the store URL. Throws InvalidArgumentError (exit 2) on an unknown scheme or a
+ * malformed URL, before anything is opened.
+ */
+export function storeTarget(flag: string | undefined, env: NodeJS.ProcessEnv): StoreTarget {
+  const given = flag ?? (env.TENURE_STORE && env.TENURE_STORE.trim() !== '' ? env.TENURE_STORE : DEFAULT_STORE_URL);
+  let options: StoreOptions;
+  try {
+    options = parseStoreUrl(given);
+  } catch (err) {
+    if (err instanceof InvalidArgumentError) throw new InvalidArgumentError('--store', err.message.replace(/^store: /, ''));
+    throw err;
+  }
+  const url = options.kind === 'sqlite' ? `sqlite:${resolve(options.path)}` : given.trim();
+  return { url, display: url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@]*:)[^@/]*@/i, '$1***@'), options };
+}
+
+/**
+ * Open the store. `busyTimeoutMs` lets one-shot commands (append, log, status) wait longer for
+ * another process's SQLite transaction than the elector may.
+ */
+export async function openCliStore(target: StoreTarget, busyTimeoutMs?: number): Promise<TenureStore> {
+  const options: StoreOptions =
+    target.options.kind === 'sqlite' && busyTimeoutMs !== undefined ? { ...target.options, busyTimeoutMs } : target.options;
+  try {
+    return await openStore(options);
+  } catch (err) {
+    if (err instanceof TenureError && err.code === 'DRIVER_MISSING') throw err;
+    const reason = err instanceof Error ? err.message : String(err);
+    // Store errors already name the store; raw system errors (mkdir, open) do not.
+    throw new StoreOpenError(`cannot open store ${target.display}: ${reason}`, { cause: err });
+  }
+}
+
+/** How long the start-up check of `run` and `lock` waits for the store, ms. */
+const PROBE_TIMEOUT_MS = 10_000;
+
+/**
+ * Check that the store answers before campaigning, so that a wrong or unreachable store is one
+ * line and exit code 1 rather than a retry loop. Later outages are the elector's to ride out.
+ */
+export async function probeStore(store: TenureStore, target: StoreTarget, name: string): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      store.read(name),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${PROBE_TIMEOUT_MS / 1000} s`)), PROBE_TIMEOUT_MS);
+      }),
+    ]);
+  } catch (err) {
+    if (err instanceof TenureError && err.code === 'INVALID_ARGUMENT') throw err;
+    throw new StoreOpenError(`cannot reach store ${target.display}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  } finally {
+    clearTimeout(timer);
+  }
+}

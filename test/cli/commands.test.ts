@@ -1,0 +1,167 @@
+/**
+ * `tenure run --once`, `append`, `log` and `status` through the real binary.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { BIN, cleanUp, lines, sandbox, start, tenure, waitUntil } from './helpers.js';
+
+afterAll(cleanUp);
+
+describe('tenure run --once', () => {
+  it('runs the child once as leader and exits with its code', async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['run', '--group', 'g', '--once', '--', process.execPath, '-e', 'process.exit(7)']);
+    expect(r.code).toBe(7);
+    const ok = await tenure(box, ['run', '--group', 'g', '--once', '--', process.execPath, '-e', 'process.exit(0)']);
+    expect(ok.code).toBe(0);
+  });
+
+  it('gives the child its group, term, token, id and store, and a new term each time', async () => {
+    const box = sandbox();
+    const dump = (file: string): string[] => [
+      'run',
+      '--group',
+      'reports',
+      '--id',
+      'web-1',
+      '--once',
+      '--',
+      process.execPath,
+      '-e',
+      `require('fs').writeFileSync(${JSON.stringify(join(box.dir, file))}, JSON.stringify(process.env))`,
+    ];
+    expect((await tenure(box, dump('first.json'))).code).toBe(0);
+    expect((await tenure(box, dump('second.json'))).code).toBe(0);
+    const first = JSON.parse(readFileSync(join(box.dir, 'first.json'), 'utf8')) as Record<string, string>;
+    const second = JSON.parse(readFileSync(join(box.dir, 'second.json'), 'utf8')) as Record<string, string>;
+    expect(first.TENURE_GROUP).toBe('reports');
+    expect(first.TENURE_TOKEN).toBe(`reports#${first.TENURE_TERM}`);
+    expect(first.TENURE_ID).toMatch(/^web-1~/);
+    expect(first.TENURE_STORE).toBe(`sqlite:${box.db}`);
+    expect(Number(second.TENURE_TERM)).toBeGreaterThan(Number(first.TENURE_TERM));
+    expect(second.TENURE_ID).not.toBe(first.TENURE_ID);
+  });
+
+  it('releases the lease when done', async () => {
+    const box = sandbox();
+    expect((await tenure(box, ['run', '--group', 'g', '--once', '--', 'true'])).code).toBe(0);
+    const status = await tenure(box, ['status', '--group', 'g', '--json']);
+    expect(status.code).toBe(0);
+    expect(JSON.parse(status.stdout)).toEqual([]);
+  });
+
+  it('exits 127 when the command does not exist', async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['run', '--group', 'g', '--once', '--', 'no-such-command-tenure-test']);
+    expect(r.code).toBe(127);
+    expect(r.stderr).toContain('command not found: no-such-command-tenure-test');
+  });
+
+  it('exits 128 + n when the child dies of signal n', async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['run', '--group', 'g', '--once', '--', 'sh', '-c', 'kill -TERM $$']);
+    expect(r.code).toBe(143);
+  });
+
+  it('reports transitions as JSON lines with --json', async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['run', '--group', 'g', '--once', '--json', '--', 'true']);
+    expect(r.code).toBe(0);
+    const events = lines(r.stderr).map((l) => JSON.parse(l) as { event: string; group: string });
+    expect(events.map((e) => e.event)).toEqual(expect.arrayContaining(['campaigning', 'elected', 'child-started', 'child-exited', 'stopped']));
+    for (const e of events) expect(e.group).toBe('g');
+  });
+
+  it('waits while another process leads, then runs', async () => {
+    const box = sandbox();
+    const holder = start(box, ['run', '--group', 'g', '--ttl', '2s', '--json', '--', 'sleep', '60']);
+    await waitUntil('the first run to start its child', () => holder.childPids().length > 0);
+    const waiter = start(box, ['run', '--group', 'g', '--ttl', '2s', '--once', '--json', '--', 'true']);
+    await waitUntil('the waiter to see the holder lead', () => waiter.events('leader').some((e) => e.owner !== null));
+    expect(waiter.events('child-started')).toEqual([]);
+    holder.signal('SIGTERM');
+    expect((await holder.exited).code).toBe(143);
+    expect((await waiter.exited).code).toBe(0);
+    expect(Number(waiter.events('elected')[0]!.term)).toBeGreaterThan(Number(holder.events('elected')[0]!.term));
+  });
+});
+
+describe('tenure append, log and status', () => {
+  it('appends with the token, refuses a stale one with exit code 3, and logs the entries', async () => {
+    const box = sandbox();
+    const appendAsLeader = (text: string): string[] => [
+      'run',
+      '--group',
+      'billing',
+      '--once',
+      '--',
+      'sh',
+      '-c',
+      `"${process.execPath}" "${BIN}" append --stream invoices --token "$TENURE_TOKEN" "${text} $TENURE_TERM"`,
+    ];
+    const first = await tenure(box, appendAsLeader('first'));
+    expect(first.code).toBe(0);
+    expect(first.stdout.trim()).toBe('1');
+    expect((await tenure(box, appendAsLeader('second'))).code).toBe(0);
+
+    const log = await tenure(box, ['log', '--stream', 'invoices', '--json']);
+    expect(log.code).toBe(0);
+    const entries = lines(log.stdout).map((l) => JSON.parse(l) as { seq: number; lease: string; term: number; payload: string });
+    expect(entries.map((e) => e.seq)).toEqual([1, 2]);
+    const [t1, t2] = entries.map((e) => e.term) as [number, number];
+    expect(t2).toBeGreaterThan(t1);
+    expect(entries[0]).toMatchObject({ lease: 'billing', payload: `first ${t1}` });
+
+    const stale = await tenure(box, ['append', '--stream', 'invoices', '--token', `billing#${t1}`, 'late']);
+    expect(stale.code).toBe(3);
+    expect(lines(stale.stderr)).toEqual([expect.stringContaining(`stale fencing token: term ${t1} < ${t2} for group billing`)]);
+
+    const current = await tenure(box, ['append', '--stream', 'invoices', '--token', `billing#${t2}`, '-'], { input: 'from stdin' });
+    expect(current.code).toBe(0);
+    expect(current.stdout.trim()).toBe('3');
+
+    const text = await tenure(box, ['log', '--stream', 'invoices']);
+    expect(lines(text.stdout)).toEqual([
+      expect.stringMatching(new RegExp(`^\\s+1  billing#${t1}  first ${t1}$`)),
+      expect.stringMatching(new RegExp(`^\\s+2  billing#${t2}  second ${t2}$`)),
+      expect.stringMatching(new RegExp(`^\\s+3  billing#${t2}  from stdin$`)),
+    ]);
+  });
+
+  it('log --follow prints new entries until interrupted', async () => {
+    const box = sandbox();
+    const holder = start(box, ['run', '--group', 'feed', '--json', '--', 'sleep', '60']);
+    await waitUntil('leadership', () => holder.events('elected')[0]);
+    const token = String(holder.events('elected')[0]!.token);
+    const follower = start(box, ['log', '--stream', 'feed', '--follow', '--json']);
+    expect((await tenure(box, ['append', '--stream', 'feed', '--token', token, 'one'])).code).toBe(0);
+    await waitUntil('the first entry to be followed', () => follower.stdout.includes('"one"'));
+    expect((await tenure(box, ['append', '--stream', 'feed', '--token', token, 'two'])).code).toBe(0);
+    await waitUntil('the second entry to be followed', () => follower.stdout.includes('"two"'));
+    follower.signal('SIGINT');
+    expect((await follower.exited).code).toBe(130);
+    holder.signal('SIGTERM');
+    await holder.exited;
+  });
+
+  it('status shows the leader with owner, term, expiry and meta', async () => {
+    const box = sandbox();
+    const holder = start(box, ['run', '--group', 'web', '--id', 'node-a', '--ttl', '30s', '--json', '--', 'sleep', '60']);
+    await waitUntil('leadership', () => holder.events('elected')[0]);
+    const json = await tenure(box, ['status', '--json']);
+    expect(json.code).toBe(0);
+    const leases = JSON.parse(json.stdout) as Array<{ name: string; owner: string; term: number; expiresInMs: number; ttlMs: number; meta: Record<string, unknown> }>;
+    expect(leases).toHaveLength(1);
+    expect(leases[0]).toMatchObject({ name: 'web', term: 1, ttlMs: 30_000, meta: { command: 'sleep 60', pid: holder.pid } });
+    expect(leases[0]!.owner).toMatch(/^node-a~/);
+    expect(leases[0]!.expiresInMs).toBeGreaterThan(0);
+    const text = await tenure(box, ['status']);
+    expect(lines(text.stdout)[0]).toMatch(/^NAME\s+OWNER\s+TERM\s+EXPIRES IN\s+META$/);
+    expect(lines(text.stdout)[1]).toMatch(/^web\s+node-a~\S+\s+1\s+\S+\s+\{/);
+    holder.signal('SIGTERM');
+    expect((await holder.exited).code).toBe(143);
+    const after = await tenure(box, ['status', '--group', 'web']);
+    expect(after.stdout).toContain('no leader');
+  });
+});

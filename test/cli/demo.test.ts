@@ -1,0 +1,68 @@
+/**
+ * `tenure demo`: the JSON summary shows both failovers with higher terms, the stale write refused
+ * and no safety violation; no node process is left behind, also when the demo is interrupted.
+ */
+import { spawn } from 'node:child_process';
+import { afterAll, describe, expect, it } from 'vitest';
+import { BIN, cleanUp, processAlive, sandbox, tenure, waitUntil } from './helpers.js';
+
+afterAll(cleanUp);
+
+interface Summary {
+  ok: boolean;
+  failovers: Array<{ cause: string; from: string; fromTerm: number; to: string; toTerm: number; ms: number }>;
+  terms: Array<{ term: number; node: string; entries: number }>;
+  staleRejected: number;
+  entries: number;
+  violations: string[];
+  problems: string[];
+  pids: number[];
+  interrupted: boolean;
+}
+
+describe('tenure demo', () => {
+  it('prints one JSON summary: two failovers, a stale write refused, no violations', { timeout: 120_000 }, async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['demo', '--nodes', '3', '--duration', '4', '--json'], { timeoutMs: 110_000 });
+    expect(r.code, r.stderr).toBe(0);
+    const summary = JSON.parse(r.stdout) as Summary;
+    expect(summary.violations).toEqual([]);
+    expect(summary.problems).toEqual([]);
+    expect(summary.ok).toBe(true);
+    expect(summary.interrupted).toBe(false);
+    expect(summary.staleRejected).toBeGreaterThanOrEqual(1);
+    expect(summary.failovers.map((f) => f.cause)).toEqual(['pause', 'crash']);
+    for (const f of summary.failovers) {
+      expect(f.toTerm).toBeGreaterThan(f.fromTerm);
+      expect(f.to).not.toBe(f.from);
+      expect(f.ms).toBeGreaterThan(0);
+    }
+    const terms = summary.terms.map((t) => t.term);
+    expect(terms).toEqual([...terms].sort((a, b) => a - b));
+    expect(new Set(terms).size).toBe(terms.length);
+    expect(summary.entries).toBeGreaterThan(0);
+    expect(summary.terms.reduce((n, t) => n + t.entries, 0)).toBe(summary.entries);
+    expect(summary.pids.length).toBeGreaterThanOrEqual(4); // three nodes and the restarted one
+    for (const pid of summary.pids) expect(processAlive(pid)).toBe(false);
+  });
+
+  for (const sig of ['SIGINT', 'SIGKILL'] as const) {
+    it(`leaves no process behind when it gets ${sig} while a node is frozen`, { timeout: 120_000 }, async () => {
+      const box = sandbox();
+      const demo = spawn(process.execPath, [BIN, 'demo', '--duration', '20'], { cwd: box.dir, env: box.env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      demo.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      const exited = new Promise<number | null>((resolve) => demo.on('close', (code) => resolve(code)));
+      await waitUntil('a node to be frozen', () => / frozen \(SIGSTOP\)/.test(out), 60_000);
+      const pids = [...out.matchAll(/started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+      expect(pids.length).toBe(3);
+      demo.kill(sig);
+      const code = await exited;
+      if (sig === 'SIGINT') {
+        expect(code).toBe(130);
+        expect(out).toContain('Summary (interrupted)');
+      }
+      await waitUntil('every node to be gone', () => pids.every((pid) => !processAlive(pid)), 30_000);
+    });
+  }
+});

@@ -126,6 +126,43 @@ describe('RawNode', () => {
   });
 });
 
+describe('reads waiting for a new leader', () => {
+  it('are bounded: beyond maxPendingReadIndex a read is dropped with a clear error, earlier ones are answered', () => {
+    const s = new MemoryStorage(voters([1, 2]));
+    const node = new RawNode(config(1, s, { maxPendingReadIndex: 2, preVote: false }));
+    node.campaign();
+    drain(node, s);
+    node.step(message({ type: 'voteResp', from: 2, to: 1, term: 1 }));
+    expect(node.status().role).toBe('leader');
+    drain(node, s); // the empty entry of term 1 is appended, not yet committed
+    node.readIndex('a');
+    node.readIndex('b');
+    let err: unknown;
+    try {
+      node.readIndex('c');
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ProposalDroppedError);
+    expect((err as ProposalDroppedError).reason).toBe('read-index-queue-full');
+    expect((err as ProposalDroppedError).message).toMatch(/read-index request dropped: too many reads already wait for the new leader's first commit/);
+    // The empty entry commits: the two queued reads start their heartbeat rounds.
+    node.step(message({ type: 'appResp', from: 2, to: 1, term: 1, index: 1 }));
+    const sent = drain(node, s).flatMap((rd) => rd.messages);
+    expect(sent.filter((m) => m.type === 'heartbeat').map((m) => m.context)).toEqual(['a', 'b']);
+    node.step(message({ type: 'heartbeatResp', from: 2, to: 1, term: 1, context: 'b' }));
+    const states = drain(node, s).flatMap((rd) => rd.readStates);
+    expect(states).toEqual([
+      { index: 1, context: 'a' },
+      { index: 1, context: 'b' },
+    ]);
+    // Once the leader has committed in its term, reads no longer queue for that, so no bound applies.
+    node.readIndex('d');
+    node.readIndex('e');
+    node.readIndex('f');
+  });
+});
+
 describe('invariants', () => {
   it('a node never votes twice in one term', () => {
     const r = new Raft(config(1, new MemoryStorage(voters([1, 2, 3])), { preVote: false }));
@@ -165,6 +202,7 @@ describe('configuration', () => {
       [{ maxInflightMsgs: 0 }, 'maxInflightMsgs'],
       [{ maxSizePerMsg: -1 }, 'maxSizePerMsg'],
       [{ readOnlyOption: 'leaseBased', checkQuorum: false }, 'readOnlyOption'],
+      [{ maxPendingReadIndex: 0 }, 'maxPendingReadIndex'],
     ];
     for (const [extra, field] of bad) {
       expect(() => new RawNode(config(1, s, extra))).toThrow(InvalidRaftConfigError);

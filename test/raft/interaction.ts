@@ -56,6 +56,7 @@ interface NodeOptions {
   maxInflightMsgs: number | undefined;
   maxUncommittedEntriesSize: number | undefined;
   readOnlyOption: 'safe' | 'leaseBased';
+  maxPendingReadIndex: number | undefined;
 }
 
 /**
@@ -64,6 +65,11 @@ interface NodeOptions {
  */
 class EnvStorage extends MemoryStorage {
   source: (() => { applied: number; confState: ConfState }) | undefined = undefined;
+
+  /** The snapshot actually stored (what survives a restart). */
+  storedSnapshot(): Snapshot {
+    return super.snapshot();
+  }
 
   override snapshot(): Snapshot {
     const base = super.snapshot();
@@ -296,6 +302,8 @@ export class InteractionEnv {
         return this.raftLog(nodeArg(cmd));
       case 'raft-state':
         return this.raftState();
+      case 'timeouts':
+        return this.timeouts();
       case 'report-snapshot':
         return this.node(nodeArg(cmd)).core.reportSnapshot(nodeArg(cmd, 1), cmd.args[2] === 'failure' ? 'failure' : 'finish');
       case 'report-unreachable':
@@ -321,6 +329,7 @@ export class InteractionEnv {
       maxInflightMsgs: intArg(cmd, 'max-inflight', undefined),
       maxUncommittedEntriesSize: intArg(cmd, 'max-uncommitted', undefined),
       readOnlyOption: cmd.kv.get('read-only') === 'lease' ? 'leaseBased' : 'safe',
+      maxPendingReadIndex: intArg(cmd, 'max-pending-reads', undefined),
     };
     const cs: ConfState = { voters, learners, votersOutgoing: [], learnersNext: [], autoLeave: false };
     for (const id of newIds) {
@@ -351,6 +360,7 @@ export class InteractionEnv {
       maxInflightMsgs: n.options.maxInflightMsgs,
       maxUncommittedEntriesSize: n.options.maxUncommittedEntriesSize,
       readOnlyOption: n.options.readOnlyOption,
+      maxPendingReadIndex: n.options.maxPendingReadIndex,
     };
     return new RawNode(config);
   }
@@ -545,8 +555,8 @@ export class InteractionEnv {
   private restart(id: NodeId): void {
     const n = this.node(id);
     // Only what the Ready batches said to persist survives; the state machine restarts from the snapshot.
-    n.applied = n.storage.snapshot().metadata.index;
-    n.confState = n.storage.snapshot().metadata.confState;
+    n.applied = n.storage.storedSnapshot().metadata.index;
+    n.confState = n.storage.storedSnapshot().metadata.confState;
     n.core = this.makeCore(n.id, n.storage, n.options, n.applied);
     this.queue = this.queue.filter((m) => m.to !== id);
     const s = n.core.status();
@@ -568,6 +578,14 @@ export class InteractionEnv {
     const ents = r.log.allEntries();
     this.print(`${id}: first=${r.log.firstIndex()} last=${r.log.lastIndex()} commit=${r.log.committed}`);
     if (ents.length > 0) this.print(`  ${ents.map(fmtEntry).join(', ')}`);
+  }
+
+  /** Each node's randomized election timeout and the ticks elapsed towards it. */
+  private timeouts(): void {
+    for (const id of this.sortedIds()) {
+      const r = this.node(id).core.internal;
+      this.print(`${id}: ${r.role} elapsed=${r.electionElapsed} timeout=${r.randomizedElectionTimeout} (election=${r.electionTimeout})`);
+    }
   }
 
   private raftState(): void {

@@ -1,5 +1,6 @@
 /**
- * npm run sim -- --seeds N [--from S] [--variant none|margin-zero|unfenced|fake-ack|slow-clock] [--trace LINES] [--full]
+ * npm run sim -- [election] --seeds N [--from S] [--variant none|margin-zero|unfenced|fake-ack|slow-clock] [--trace LINES] [--full]
+ * npm run sim -- raft --seeds N [--from S] [--nodes 3|5]     (the Raft core's simulation: test/sim/raft/cli.ts)
  *
  * Runs seeds S .. S+N-1, prints a progress line now and then, the report of the first failing
  * seeds, and one summary line ending with `violations N`. Exits 1 when any seed fails, 2 on bad usage.
@@ -69,4 +70,11 @@ async function main(): Promise<void> {
   if (totals.violations > 0) process.exitCode = 1;
 }
 
-await main();
+// The first word picks the simulation: the elector's (default) or the Raft core's.
+if (process.argv[2] === 'raft') {
+  process.argv.splice(2, 1);
+  await import('./raft/cli.js');
+} else {
+  if (process.argv[2] === 'election') process.argv.splice(2, 1);
+  await main();
+}

@@ -29,6 +29,7 @@ export type DropReason =
   | 'transferring-leadership'
   | 'not-a-member'
   | 'uncommitted-size-limit'
+  | 'read-index-queue-full'
   | 'conf-change-pending'
   | 'conf-change-not-joint'
   | 'conf-change-already-joint'
@@ -40,6 +41,7 @@ const reasonText: Record<DropReason, string> = {
   'transferring-leadership': 'leadership is being transferred',
   'not-a-member': 'the leader is not a member of the current configuration',
   'uncommitted-size-limit': 'the uncommitted log is at its size limit',
+  'read-index-queue-full': "too many reads already wait for the new leader's first commit",
   'conf-change-pending': 'an earlier conf change is not applied yet',
   'conf-change-not-joint': 'an empty conf change leaves a joint configuration, but the configuration is not joint',
   'conf-change-already-joint': 'the configuration is already joint; leave it first',

@@ -69,6 +69,11 @@ export interface RaftConfig {
   readOnlyOption?: 'safe' | 'leaseBased';
   /** Followers drop proposals instead of forwarding them to the leader (default false). */
   disableProposalForwarding?: boolean;
+  /**
+   * Read-index requests a new leader holds until an entry of its term commits (default 1024);
+   * beyond it requests are dropped (ProposalDroppedError, reason `read-index-queue-full`).
+   */
+  maxPendingReadIndex?: number;
 }
 
 type CampaignType = 'preElection' | 'election' | 'transfer';
@@ -107,6 +112,7 @@ export class Raft {
   readonly disableProposalForwarding: boolean;
   readonly maxSizePerMsg: number;
   readonly maxUncommittedSize: number;
+  readonly maxPendingReadIndex: number;
 
   /** The node leadership is being transferred to, or NONE. */
   leadTransferee: NodeId = NONE;
@@ -131,6 +137,7 @@ export class Raft {
     this.disableProposalForwarding = config.disableProposalForwarding ?? false;
     this.maxSizePerMsg = config.maxSizePerMsg ?? 1024 * 1024;
     this.maxUncommittedSize = config.maxUncommittedEntriesSize ?? 0;
+    this.maxPendingReadIndex = config.maxPendingReadIndex ?? 1024;
     this.log = new RaftLog(config.storage, config.maxCommittedSizePerReady ?? 64 * 1024 * 1024);
     this.tracker = new ProgressTracker(config.maxInflightMsgs ?? 256, config.maxInflightBytes ?? 0);
 
@@ -530,6 +537,8 @@ export class Raft {
         // Until an entry of this term commits, the leader's commit index may be behind what an
         // earlier leader committed; the read must wait.
         if (!this.committedEntryInCurrentTerm()) {
+          // Bounded: a leader whose first commit is slow must not queue reads without limit.
+          if (this.pendingReadIndex.length >= this.maxPendingReadIndex) return 'read-index-queue-full';
           this.pendingReadIndex.push(m);
           return undefined;
         }
@@ -901,6 +910,7 @@ function validate(c: RaftConfig): void {
   positiveInt('electionTick', c.electionTick);
   positiveInt('heartbeatTick', c.heartbeatTick);
   positiveInt('maxInflightMsgs', c.maxInflightMsgs);
+  positiveInt('maxPendingReadIndex', c.maxPendingReadIndex);
   nonNegativeInt('applied', c.applied);
   nonNegativeInt('maxSizePerMsg', c.maxSizePerMsg);
   nonNegativeInt('maxCommittedSizePerReady', c.maxCommittedSizePerReady);

@@ -57,7 +57,12 @@ export class RawNode {
 
   /**
    * Starts (or restarts) a node from what `config.storage` holds. A brand-new group is bootstrapped
-   * by giving every initial member a storage whose snapshot ConfState lists the voters.
+   * by giving every initial member a storage whose snapshot ConfState lists the voters, and that
+   * snapshot must be at index ≥ 1 (say index 1, term 1, with hard state commit 1). A node added
+   * later starts empty; it must learn the initial membership from a snapshot. With a bootstrap
+   * snapshot at index 0 the leader would send it the log from index 1 instead, it would apply the
+   * conf change that adds it to an empty configuration, believe itself the only voter and elect
+   * itself alone (found by the simulator in test/sim/raft).
    */
   constructor(config: RaftConfig) {
     this.raft = new Raft(config);
@@ -102,7 +107,8 @@ export class RawNode {
    * Asks for a linearizable read point. When confirmed, a ReadState with `context` (which should
    * be unique per request) appears in a Ready; reads are served once its index is applied.
    * A request that loses its leader on the way is never answered: retry after a timeout.
-   * Throws ProposalDroppedError when no leader is known.
+   * Throws ProposalDroppedError when no leader is known, or when this node is a new leader whose
+   * queue of reads waiting for its first commit is full (`maxPendingReadIndex`).
    */
   readIndex(context: string): void {
     this.throwIfDropped(this.raft.step(message({ type: 'readIndex', from: NONE, context })), 'read-index request');

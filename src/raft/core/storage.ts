@@ -152,6 +152,8 @@ export class MemoryStorage implements Storage {
     if (from > this.lastIndex() + 1) {
       throw new LogUnavailableError(from, this.lastIndex());
     }
-    this.ents = this.ents.slice(0, from - this.offset).concat(fresh);
+    // Truncate a conflicting suffix (if any) in place, then append: O(new entries), not O(log).
+    if (from <= this.lastIndex()) this.ents.length = from - this.offset;
+    for (const e of fresh) this.ents.push(e);
   }
 }

@@ -31,11 +31,13 @@ export function loadIoredis(store: string): IoredisModule {
 
 /**
  * Options for clients tenure creates itself. A command sent while the connection is down fails at
- * the first failed reconnect instead of waiting in the offline queue, so a down server shows as
- * StoreUnavailableError quickly rather than as a command that runs much later.
+ * once instead of waiting in the offline queue, so a down server shows as StoreUnavailableError
+ * quickly rather than as a command that runs much later. No retries at all: a script that Redis
+ * ran but whose reply was lost with the connection must not be sent again on reconnect (a fenced
+ * append would be applied twice); it is reported as "maybe" instead (safety rule 3).
  */
 export const ownClientOptions: RedisOptions = {
-  maxRetriesPerRequest: 1,
+  maxRetriesPerRequest: 0,
   connectTimeout: 2000,
   retryStrategy: (times: number) => Math.min(times * 50, 500),
 };

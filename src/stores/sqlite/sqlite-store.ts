@@ -366,23 +366,36 @@ export class SqliteStore implements Store {
 
   /** One write transaction; driver failures become StoreUnavailableError (nothing was committed). */
   private write<T>(fn: () => T, after?: (result: T) => void): Promise<T> {
-    if (this.closed) return Promise.reject(new ClosedError('sqlite store'));
-    try {
+    return this.turn(() => {
       const result = this.transaction(fn);
       after?.(result);
-      return Promise.resolve(result);
-    } catch (err) {
-      return Promise.reject(this.translate(err));
-    }
+      return result;
+    });
   }
 
   private query<T>(fn: () => T): Promise<T> {
-    if (this.closed) return Promise.reject(new ClosedError('sqlite store'));
-    try {
-      return Promise.resolve(fn());
-    } catch (err) {
-      return Promise.reject(this.translate(err));
-    }
+    return this.turn(fn);
+  }
+
+  /**
+   * Run one synchronous driver call in its own event-loop turn. The driver is synchronous, so a
+   * loop of `await store.appendFenced(...)` would otherwise run on microtasks alone and starve
+   * timers — including the elector's deadline timer that aborts leader work (safety rule 2).
+   */
+  private turn<T>(fn: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      setImmediate(() => {
+        if (this.closed) {
+          reject(new ClosedError('sqlite store'));
+          return;
+        }
+        try {
+          resolve(fn());
+        } catch (err) {
+          reject(this.translate(err));
+        }
+      });
+    });
   }
 
   private translate(err: unknown): Error {

@@ -1,0 +1,24 @@
+/**
+ * Every store the chaos suite runs against. A store joins by one line in `chaosBackends`: an
+ * entry (in test/chaos/stores/NAME.ts) that says which faults it supports and how to start a
+ * private instance, build its URL (possibly through the fault proxies), slow it, restart it, and
+ * kill and restart its members.
+ *
+ * `memory` is not here: it lives inside one process, and the chaos suite is about many processes
+ * sharing one store (it runs in the contract suite and the simulator instead).
+ */
+import type { ChaosBackend } from './stores/types.js';
+import { redisChaos } from './stores/redis.js';
+import { sqliteChaos } from './stores/sqlite.js';
+
+export type { ChaosBackend, ChaosInstance, ChaosStartContext, FaultKind } from './stores/types.js';
+
+export const chaosBackends: readonly ChaosBackend[] = [
+  sqliteChaos,
+  redisChaos,
+  // postgresChaos, mysqlChaos, redlockChaos, etcdChaos: one line each, see docs/chaos.md
+];
+
+export function chaosBackend(name: string): ChaosBackend | undefined {
+  return chaosBackends.find((b) => b.name === name);
+}

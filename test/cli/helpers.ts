@@ -9,7 +9,8 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import Database from 'better-sqlite3';
+import { openDatabase } from '../../src/stores/sqlite/driver.js';
+import type { SqliteDatabase } from '../../src/stores/sqlite/driver.js';
 
 export const BIN = fileURLToPath(new URL('../../bin/tenure.js', import.meta.url));
 
@@ -181,8 +182,10 @@ function liveProcesses(): Array<{ pid: number; pgid: number }> {
 
 /** True if nobody holds the SQLite write lock of `db` (waiting up to 1.5 s for brief holders). */
 function writeLockFree(db: string): boolean {
-  const conn = new Database(db, { timeout: 1500 });
+  // The store's own driver picker: node:sqlite where the runtime has it, so this runs on any Node.
+  const conn = openDatabase(db).db;
   try {
+    conn.exec('PRAGMA busy_timeout = 1500');
     conn.exec('BEGIN IMMEDIATE');
     conn.exec('ROLLBACK');
     return true;
@@ -211,14 +214,15 @@ export async function freeze(db: string, targets: readonly number[]): Promise<vo
 
 /** Read a stream straight from the database (for polling without starting a process). */
 export function streamTerms(db: string, stream: string): Array<{ seq: number; term: number; payload: string }> {
-  let conn: Database.Database;
+  let conn: SqliteDatabase;
   try {
-    conn = new Database(db, { readonly: true, timeout: 1500 });
+    conn = openDatabase(db).db;
+    conn.exec('PRAGMA busy_timeout = 1500');
   } catch {
     return [];
   }
   try {
-    return conn.prepare('SELECT seq, term, payload FROM tenure_streams WHERE stream = ? ORDER BY seq').all(stream) as Array<{
+    return conn.prepare('SELECT seq, term, payload FROM tenure_streams WHERE stream = ? ORDER BY seq').all(stream) as unknown as Array<{
       seq: number;
       term: number;
       payload: string;

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import { openDatabase } from '../../src/stores/sqlite/driver.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
 
@@ -40,7 +40,7 @@ describe('SqliteStore', () => {
   it('opens an existing database while another process holds the write lock', async () => {
     const path = dbPath();
     await new SqliteStore({ path }).close();
-    const other = new Database(path);
+    const other = openDatabase(path).db;
     other.exec('BEGIN IMMEDIATE');
     try {
       const store = new SqliteStore({ path, busyTimeoutMs: 50 });

@@ -7,6 +7,8 @@
  *   import { runRaftBench } from './raft.js';  // for the bench runner
  *   npx tsx bench/raft.ts                       // on its own: prints the rows
  */
+import type { Benchmark, BenchResult } from './lib/types.js';
+import { metric } from './lib/stats.js';
 import { pathToFileURL } from 'node:url';
 import { SeededRandom } from '../src/core/random.js';
 import { MemoryStorage, NONE, RawNode, type ConfState, type Message, type NodeId } from '../src/raft/core/index.js';
@@ -171,6 +173,25 @@ export async function runRaftBench(options: RaftBenchOptions = {}): Promise<Raft
     ok: '',
   });
   return { name: 'raft core (3 in-memory nodes, instant delivery, no fsync)', rows };
+}
+
+/** The Raft core as an entry of bench/run.ts: each row becomes a metric (one sample, ops/s). */
+export function raftBenchmark(): Benchmark {
+  return {
+    name: 'raft-core',
+    description: 'Three in-memory Raft cores in one process, messages delivered at once, no fsync.',
+    tags: ['raft'],
+    async run(): Promise<BenchResult> {
+      const started = performance.now();
+      const r = await runRaftBench();
+      const metrics = r.rows.map((row, i) => {
+        const goal = typeof row.goal === 'number' ? { stat: 'p50' as const, min: row.goal, label: `${row.goal} entries/s` } : undefined;
+        return metric(i < r.rows.length - 1 ? `commit-rate-${i + 1}` : 'ticks-steps', String(row.measure), [Number(row.value)], goal, 'ops/s');
+      });
+      const notes = r.rows.map((row) => `${String(row.measure)}: ${String(row['per CPU second'])} per CPU second`);
+      return { name: 'raft-core', description: r.name, target: 'raft', params: {}, metrics, notes, durationMs: performance.now() - started };
+    },
+  };
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

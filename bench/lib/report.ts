@@ -39,32 +39,46 @@ export function writeJson(dir: string, result: BenchResult, env: Environment, st
   return file;
 }
 
-const f = (x: number): string => (Number.isFinite(x) ? x.toFixed(1) : '-');
+/** A number in a metric's unit: ms and ratios with decimals, rates as whole numbers. */
+function fmt(x: number, unit: Metric['unit']): string {
+  if (!Number.isFinite(x)) return '-';
+  if (unit === 'ops/s' || unit === 'count') return x.toFixed(0);
+  if (unit === 'x') return x.toFixed(3);
+  if (Math.abs(x) < 1) return x.toFixed(3);
+  return Math.abs(x) < 10 ? x.toFixed(2) : x.toFixed(1);
+}
 
 function goalText(m: Metric): string {
-  return m.goal ? `${m.goal.stat} <= ${m.goal.maxMs} (${m.goal.label})` : '';
+  if (!m.goal) return '';
+  const limit = m.goal.max !== undefined ? `<= ${fmt(m.goal.max, m.unit)}` : `>= ${fmt(m.goal.min ?? Number.NaN, m.unit)}`;
+  return `${m.goal.stat} ${limit} (${m.goal.label})`;
 }
 
 function verdict(m: Metric): string {
   if (m.pass === undefined) return '';
-  return m.pass ? 'PASS' : 'MISS';
+  return m.pass ? 'PASS' : 'FAIL';
 }
 
-const HEADER = ['metric', 'n', 'min', 'p50', 'mean', 'p99', 'max', 'goal (ms)', 'result'];
+const HEADER = ['metric', 'unit', 'n', 'min', 'p50', 'mean', 'p99', 'max', 'goal', 'result'];
+/** Columns from here on are left-aligned text (goal, result). */
+const TEXT_FROM = 8;
 
 function rows(result: BenchResult): string[][] {
-  return result.metrics.map((m) => [m.id, String(m.stats.n), f(m.stats.min), f(m.stats.p50), f(m.stats.mean), f(m.stats.p99), f(m.stats.max), goalText(m), verdict(m)]);
+  return result.metrics.map((m) => {
+    const f = (x: number): string => fmt(x, m.unit);
+    return [m.id, m.unit, String(m.stats.n), f(m.stats.min), f(m.stats.p50), f(m.stats.mean), f(m.stats.p99), f(m.stats.max), goalText(m), verdict(m)];
+  });
 }
 
 /** A plain-text table for the terminal. */
 export function textTable(result: BenchResult): string {
   const all = [HEADER, ...rows(result)];
   const widths = HEADER.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const line = (r: string[]): string => r.map((c, i) => (i === 0 || i >= 7 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  const line = (r: string[]): string => r.map((c, i) => (i <= 1 || i >= TEXT_FROM ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   const params = Object.entries(result.params)
     .map(([k, v]) => `${k}=${String(v)}`)
     .join(' ');
-  const out = [`${result.name} (${result.target}; ${params}; all times in ms; ${(result.durationMs / 1000).toFixed(1)} s)`, line(HEADER), line(widths.map((w) => '-'.repeat(w)))];
+  const out = [`${result.name} (${result.target}; ${params}; ${(result.durationMs / 1000).toFixed(1)} s)`, line(HEADER), line(widths.map((w) => '-'.repeat(w)))];
   for (const r of rows(result)) out.push(line(r));
   for (const m of result.metrics) out.push(`  ${m.id}: ${m.description}`);
   for (const n of result.notes) out.push(`  note: ${n}`);
@@ -83,14 +97,21 @@ export function markdown(results: readonly BenchResult[], env: Environment, stam
     `- raw results: ${files.map((p) => `\`${p}\``).join(', ')}`,
     '',
     'Percentiles are nearest-rank: with 20 samples p50 is the 10th smallest and p99 is the largest.',
+    'Units: `ms` latencies; `ops/s` rates (each sample is one round of operations); `x` ratios (one per round); `count` counts.',
     '',
   ];
+  const judged = results.flatMap((r) => r.metrics.filter((m) => m.pass !== undefined).map((m) => ({ r, m })));
+  if (judged.length > 0) {
+    out.push('## Goals', '', '| benchmark | metric | goal | measured | result |', '| --- | --- | --- | ---: | --- |');
+    for (const { r, m } of judged) out.push(`| ${r.name} | ${m.id} | ${goalText(m)} | ${fmt(m.stats[m.goal!.stat], m.unit)} ${m.unit} | ${verdict(m)} |`);
+    out.push('');
+  }
   for (const r of results) {
     const params = Object.entries(r.params)
       .map(([k, v]) => `${k}=${String(v)}`)
       .join(', ');
     out.push(`## ${r.name}`, '', r.description, '', `Target: ${r.target}; ${params}; took ${(r.durationMs / 1000).toFixed(1)} s.`, '');
-    out.push(`| ${HEADER.join(' | ')} |`, `| ${HEADER.map((_, i) => (i === 0 || i >= 7 ? '---' : '---:')).join(' | ')} |`);
+    out.push(`| ${HEADER.join(' | ')} |`, `| ${HEADER.map((_, i) => (i <= 1 || i >= TEXT_FROM ? '---' : '---:')).join(' | ')} |`);
     for (const row of rows(r)) out.push(`| ${row.join(' | ')} |`);
     out.push('');
     for (const m of r.metrics) out.push(`- **${m.id}**: ${m.description}`);

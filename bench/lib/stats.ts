@@ -1,4 +1,4 @@
-import type { Goal, Metric, Stats } from './types.js';
+import type { Goal, Metric, Stats, Unit } from './types.js';
 
 /**
  * Nearest-rank percentile: the smallest sample with at least q of all samples at or below it.
@@ -23,9 +23,22 @@ export function summarize(samples: readonly number[]): Stats {
   };
 }
 
-export function metric(id: string, description: string, samples: readonly number[], goal?: Goal): Metric {
+/** Whether `stats` meets `goal`. */
+export function meets(stats: Stats, goal: Goal): boolean {
+  if (stats.n === 0) return false;
+  const v = stats[goal.stat];
+  return (goal.max === undefined || v <= goal.max) && (goal.min === undefined || v >= goal.min);
+}
+
+/** A metric from its samples (ms unless `unit` says otherwise), judged against `goal` if given. */
+export function metric(id: string, description: string, samples: readonly number[], goal?: Goal, unit: Unit = 'ms'): Metric {
   const stats = summarize(samples);
   const rounded = samples.map((s) => Math.round(s * 1000) / 1000);
-  if (!goal) return { id, description, unit: 'ms', samples: rounded, stats };
-  return { id, description, unit: 'ms', samples: rounded, stats, goal, pass: stats.n > 0 && stats[goal.stat] <= goal.maxMs };
+  if (!goal) return { id, description, unit, samples: rounded, stats };
+  return { id, description, unit, samples: rounded, stats, goal, pass: meets(stats, goal) };
+}
+
+/** Operations per second of `count` operations that took `ms` in all. */
+export function opsPerSecond(count: number, ms: number): number {
+  return ms > 0 ? (count * 1000) / ms : Number.NaN;
 }

@@ -10,11 +10,20 @@ export interface BenchOptions {
   readonly log: (line: string) => void;
 }
 
-/** A target a metric is reported against, e.g. handoff p50 <= 60 ms. */
+/** What a metric's samples are: latencies in ms, rates in operations per second, or ratios. */
+export type Unit = 'ms' | 'ops/s' | 'x' | 'count';
+
+/**
+ * A target a metric is reported against, e.g. handoff p50 <= 60 ms (`max`), or a throughput
+ * ratio p50 >= 0.85 (`min`). Exactly one of `max` and `min` is set.
+ */
 export interface Goal {
-  readonly stat: 'p50' | 'p99' | 'mean' | 'max';
-  readonly maxMs: number;
-  /** How the limit was derived, e.g. "TTL + 60 ms". */
+  readonly stat: 'p50' | 'p99' | 'mean' | 'max' | 'min';
+  /** The stat must be at most this (in the metric's unit). */
+  readonly max?: number;
+  /** The stat must be at least this (in the metric's unit). */
+  readonly min?: number;
+  /** How the limit was derived, e.g. "TTL + 60 ms" or "1.05 × raw p50". */
   readonly label: string;
 }
 
@@ -32,7 +41,7 @@ export interface Metric {
   readonly id: string;
   /** What exactly is measured, from which instant to which. */
   readonly description: string;
-  readonly unit: 'ms';
+  readonly unit: Unit;
   readonly samples: readonly number[];
   readonly stats: Stats;
   readonly goal?: Goal;
@@ -55,5 +64,7 @@ export interface BenchResult {
 export interface Benchmark {
   readonly name: string;
   readonly description: string;
+  /** Words `--only` selects it by besides its name (the stores it uses: `postgres`, `redis`...). */
+  readonly tags?: readonly string[];
   run(options: BenchOptions): Promise<BenchResult>;
 }

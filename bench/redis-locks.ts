@@ -1,0 +1,293 @@
+/**
+ * Issue 13, locks on Redis, side by side. Three private `redis-server` processes on free ports
+ * (no persistence) are started for the run; every one-instance variant uses the first of them, so
+ * nothing else on the machine's shared Redis gets in the way and all variants see the same server.
+ *
+ * Uncontended, one client, one operation at a time: acquire + release of one key, in rounds
+ * that run a block of each variant in turn (so a change in load hits all alike):
+ *   raw            ioredis SET NX PX + EVALSHA compare-and-delete (the floor; no fencing token)
+ *   tenure-store   tenure RedisStore acquire + release: one Lua script each; the term is the
+ *                  fencing token (the store's fenced lock)
+ *   tenure-lock    tenure Lock on the Redis store (a LeaderElector per acquisition: subscribes to
+ *                  push, acquires, releases)
+ *   tenure-redlock-1 / -3   tenure Redlock, fencing counter INCR inside the acquire script
+ *   node-redlock-1 / -3     node-redlock 4 (no fencing token)
+ *   semaphore      redis-semaphore Mutex (no fencing token)
+ * Goals (issue 13): tenure-store p50 <= 1.05 × raw p50, and its rate >= 1.15 × node-redlock-1.
+ *
+ * Contended: 20 clients in this process, each with its own connection(s), loop on one key:
+ * acquire, hold 1 ms, release, wait 20 ms (so the lock goes to a waiter). Handoff = from the
+ * holder starting its release to the next holder's acquire resolving.
+ */
+import { createRequire } from 'node:module';
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { Mutex } from 'redis-semaphore';
+import { Lock, Redlock } from '../src/locks/index.js';
+import { RedisStore } from '../src/stores/redis/index.js';
+import { delay, msBetween, nowNs } from '../test/fixtures/harness.js';
+import { startServers } from '../test/stores/redis-servers.js';
+import type { RedisServer } from '../test/stores/redis-servers.js';
+import { metric, opsPerSecond } from './lib/stats.js';
+import type { BenchOptions, BenchResult, Benchmark, Metric } from './lib/types.js';
+
+const ROUNDS = 20;
+const OPS_PER_ROUND = 100;
+const WARMUP = 100;
+const LOCK_TTL_MS = 10_000;
+const CLIENTS = 20;
+const HANDOFFS = 100;
+const HOLD_MS = 1;
+const PAUSE_MS = 20;
+
+interface NodeRedlockLock {
+  unlock(): Promise<void>;
+}
+interface NodeRedlock {
+  lock(resource: string, ttl: number): Promise<NodeRedlockLock>;
+}
+const require = createRequire(import.meta.url);
+const NodeRedlockClass = require('redlock') as new (clients: Redis[], options?: object) => NodeRedlock;
+
+interface Variant {
+  readonly id: string;
+  readonly what: string;
+  op(): Promise<void>;
+}
+
+const COMPARE_AND_DELETE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
+export function redisLocksBenchmark(): Benchmark {
+  const name = 'redis-locks';
+  const description =
+    `Locks on Redis (private redis-server processes, no persistence). Uncontended: one client, acquire + release of one key, ${ROUNDS} rounds of ${OPS_PER_ROUND} per variant, ` +
+    `each round running a block of every variant in turn. Contended: ${CLIENTS} clients on one key (hold ${HOLD_MS} ms, then ${PAUSE_MS} ms away), ${HANDOFFS} handoffs each for tenure Lock (push), ` +
+    'node-redlock 4 (retry delay 200 ± 100 ms, its default) and redis-semaphore Mutex (retry every 10 ms, its default).';
+  return {
+    name,
+    description,
+    tags: ['redis', 'locks'],
+    async run(options: BenchOptions): Promise<BenchResult> {
+      const started = nowNs();
+      const servers = await startServers(3);
+      const clients: Redis[] = [];
+      const closers: (() => Promise<void>)[] = [];
+      const client = (server: RedisServer): Redis => {
+        const c = new Redis(server.url, { maxRetriesPerRequest: 1 });
+        clients.push(c);
+        return c;
+      };
+      const notes: string[] = [];
+      try {
+        const s0 = servers[0]!;
+        const one = client(s0);
+        const three = servers.map(client);
+        const prefix = `{bench-${randomBytes(4).toString('hex')}}:`;
+
+        const delSha = String(await one.script('LOAD', COMPARE_AND_DELETE));
+        const store = new RedisStore({ client: one, keyPrefix: prefix });
+        closers.push(() => store.close());
+        const storeLock = new Lock(store, 'lock-lock', { id: 'bench' });
+        const redlock1 = new Redlock({ clients: [one], autoExtend: false });
+        const redlock3 = new Redlock({ clients: three, autoExtend: false });
+        const theirs1 = new NodeRedlockClass([one], { retryCount: 0 });
+        const theirs3 = new NodeRedlockClass(three, { retryCount: 0 });
+        const mutex = new Mutex(one, `${prefix}semaphore`, { lockTimeout: LOCK_TTL_MS, acquireAttemptsLimit: 1, refreshInterval: 0 });
+        let i = 0;
+        const variants: Variant[] = [
+          {
+            id: 'raw',
+            what: 'ioredis SET NX PX + EVALSHA compare-and-delete (the floor; no fencing token)',
+            op: async () => {
+              const v = randomBytes(16).toString('hex');
+              if ((await one.set(`${prefix}raw`, v, 'PX', LOCK_TTL_MS, 'NX')) !== 'OK') throw new Error('raw: not acquired');
+              await one.evalsha(delSha, 1, `${prefix}raw`, v);
+            },
+          },
+          {
+            id: 'tenure-store',
+            what: "tenure RedisStore acquire + release (one script each; the term is the fencing token): tenure's fenced lock",
+            op: async () => {
+              const owner = `bench~${i++}`;
+              const r = await store.acquire('lock-store', owner, LOCK_TTL_MS);
+              if (!r.acquired) throw new Error('tenure-store: not acquired');
+              await store.release('lock-store', owner, r.lease.term);
+            },
+          },
+          {
+            id: 'tenure-lock',
+            what: 'tenure Lock on the Redis store: acquire() + release (a LeaderElector per acquisition; fenced by the term)',
+            op: async () => {
+              const h = await storeLock.acquire({ waitMs: 1000 });
+              await h.release();
+            },
+          },
+          {
+            id: 'tenure-redlock-1',
+            what: 'tenure Redlock on one instance, fencing token from the INCR inside the acquire script',
+            op: async () => {
+              const h = await redlock1.acquire(`${prefix}rl1`, { ttlMs: LOCK_TTL_MS, waitMs: 0 });
+              await h.release();
+            },
+          },
+          {
+            id: 'tenure-redlock-3',
+            what: 'tenure Redlock on three instances, fenced (INCR on instance 0 inside its acquire script)',
+            op: async () => {
+              const h = await redlock3.acquire(`${prefix}rl3`, { ttlMs: LOCK_TTL_MS, waitMs: 0 });
+              await h.release();
+            },
+          },
+          {
+            id: 'node-redlock-1',
+            what: 'node-redlock 4 on one instance (no fencing token)',
+            op: async () => {
+              const l = await theirs1.lock(`${prefix}nr1`, LOCK_TTL_MS);
+              await l.unlock();
+            },
+          },
+          {
+            id: 'node-redlock-3',
+            what: 'node-redlock 4 on three instances (no fencing token)',
+            op: async () => {
+              const l = await theirs3.lock(`${prefix}nr3`, LOCK_TTL_MS);
+              await l.unlock();
+            },
+          },
+          {
+            id: 'semaphore',
+            what: 'redis-semaphore Mutex acquire + release (no fencing token)',
+            op: async () => {
+              await mutex.acquire();
+              await mutex.release();
+            },
+          },
+        ];
+        const latency = new Map<string, number[]>(variants.map((v) => [v.id, []]));
+        const rates = new Map<string, number[]>(variants.map((v) => [v.id, []]));
+        for (const v of variants) for (let k = 0; k < WARMUP; k++) await v.op();
+        // Rounds visit the variants in turn, a block of operations each (the order reversed every
+        // other round), so that load from elsewhere on the machine falls on all variants alike,
+        // while each block still runs one client's warm loop as a user's code would.
+        for (let r = 0; r < ROUNDS; r++) {
+          for (const v of r % 2 === 0 ? variants : [...variants].reverse()) {
+            const lat = latency.get(v.id)!;
+            const t0 = nowNs();
+            for (let k = 0; k < OPS_PER_ROUND; k++) {
+              const s = nowNs();
+              await v.op();
+              lat.push(msBetween(s, nowNs()));
+            }
+            rates.get(v.id)!.push(opsPerSecond(OPS_PER_ROUND, msBetween(t0, nowNs())));
+          }
+        }
+        options.log(`${name}: uncontended done`);
+
+        const p50 = (samples: readonly number[]): number => metric('x', '', samples).stats.p50;
+        const rawP50 = p50(latency.get('raw')!);
+        const theirsRate = p50(rates.get('node-redlock-1')!);
+        const metrics: Metric[] = [];
+        for (const v of variants) {
+          const isTenure = v.id === 'tenure-store';
+          metrics.push(
+            metric(
+              `${v.id}`,
+              `acquire + release latency: ${v.what}`,
+              latency.get(v.id)!,
+              isTenure ? { stat: 'p50', max: 1.05 * rawP50, label: '1.05 × raw p50' } : undefined,
+            ),
+          );
+        }
+        for (const v of variants) {
+          const isTenure = v.id === 'tenure-store';
+          metrics.push(
+            metric(
+              `${v.id}-rate`,
+              `acquire + release pairs per second (samples: rounds): ${v.id}`,
+              rates.get(v.id)!,
+              isTenure ? { stat: 'p50', min: 1.15 * theirsRate, label: '1.15 × node-redlock-1 p50' } : undefined,
+              'ops/s',
+            ),
+          );
+        }
+
+        // Contended: 20 clients on one key.
+        const contended = async (id: string, make: (k: number) => Promise<{ acquire(): Promise<() => Promise<void>>; close(): Promise<void> }>): Promise<number[]> => {
+          const handoffs: number[] = [];
+          const lockers = await Promise.all(Array.from({ length: CLIENTS }, (_, k) => make(k)));
+          let releasingAt: bigint | null = null;
+          let done = false;
+          const loops = lockers.map(async (l) => {
+            while (!done) {
+              const release = await l.acquire();
+              const at = nowNs();
+              if (releasingAt !== null && !done) handoffs.push(msBetween(releasingAt, at));
+              if (handoffs.length >= HANDOFFS) done = true;
+              await delay(HOLD_MS);
+              releasingAt = nowNs();
+              await release();
+              await delay(PAUSE_MS);
+            }
+          });
+          await Promise.all(loops);
+          await Promise.all(lockers.map((l) => l.close()));
+          options.log(`${name}: contended ${id} done`);
+          return handoffs;
+        };
+        const tenureHandoffs = await contended('tenure-lock', async (k) => {
+          const s = new RedisStore({ url: s0.url, keyPrefix: prefix });
+          const lock = new Lock(s, 'contended', { id: `c${k}` });
+          return {
+            acquire: async () => {
+              const h = await lock.acquire();
+              return () => h.release();
+            },
+            close: () => s.close(),
+          };
+        });
+        const redlockHandoffs = await contended('node-redlock', async () => {
+          const c = client(s0);
+          const r = new NodeRedlockClass([c], { retryCount: -1 });
+          return {
+            acquire: async () => {
+              const l = await r.lock(`${prefix}contended-nr`, LOCK_TTL_MS);
+              return () => l.unlock();
+            },
+            close: async () => {},
+          };
+        });
+        const semaphoreHandoffs = await contended('semaphore', async () => {
+          const c = client(s0);
+          const m = new Mutex(c, `${prefix}contended-sem`, { lockTimeout: LOCK_TTL_MS, acquireTimeout: 60_000, refreshInterval: 0 });
+          return {
+            acquire: async () => {
+              await m.acquire();
+              return () => m.release();
+            },
+            close: async () => {},
+          };
+        });
+        metrics.push(
+          metric('contended-tenure-lock', `handoff with ${CLIENTS} clients on one key, tenure Lock on the Redis store (waiters woken by pub/sub push): holder starts release -> next holder's acquire resolves`, tenureHandoffs),
+          metric('contended-node-redlock', `the same with node-redlock 4 on one instance (waiters retry every 200 ± 100 ms)`, redlockHandoffs),
+          metric('contended-semaphore', `the same with redis-semaphore Mutex (waiters retry every 10 ms)`, semaphoreHandoffs),
+        );
+        notes.push(`one-instance variants on a private redis-server at ${s0.address}; three-instance variants on ${servers.map((s) => s.address).join(', ')}`);
+        notes.push(`raw p50 ${rawP50.toFixed(3)} ms; node-redlock-1 p50 rate ${theirsRate.toFixed(0)} ops/s (the goals' references)`);
+        return {
+          name,
+          description,
+          target: 'redis',
+          params: { rounds: ROUNDS, opsPerRound: OPS_PER_ROUND, clients: CLIENTS, handoffs: HANDOFFS },
+          metrics,
+          notes,
+          durationMs: msBetween(started, nowNs()),
+        };
+      } finally {
+        for (const close of closers) await close().catch(() => {});
+        for (const c of clients) c.disconnect();
+        await Promise.all(servers.map((s) => s.stop()));
+      }
+    },
+  };
+}

@@ -88,7 +88,30 @@ describe('mysql store: on the shared server', () => {
       expect(() => new MysqlStore({ url: db.url, tablePrefix: bad })).toThrow(InvalidArgumentError);
     }
     const [v] = await pool.query("SELECT value FROM app_a_schema WHERE `key` = 'version'");
-    expect(v).toEqual([{ value: '1' }]);
+    expect(v).toEqual([{ value: '2' }]);
+  });
+
+  it('migrates a version 1 schema (no procedures) in place, keeping its data', async () => {
+    const old = open({ tablePrefix: 'v1_' });
+    const first = await old.acquire('g', 'a~1', 60_000);
+    const token = { lease: 'g', term: first.lease.term };
+    expect(await old.appendFenced(token, 's', 'one')).toBe(1);
+    // Make it what tenure 0.1 left behind: the tables, version 1, no procedures.
+    await pool.query('DROP PROCEDURE v1_append');
+    await pool.query('DROP PROCEDURE v1_renew_many');
+    await pool.query("UPDATE v1_schema SET value = '1' WHERE `key` = 'version'");
+    const store = open({ tablePrefix: 'v1_' });
+    expect(await store.appendFenced(token, 's', 'two')).toBe(2);
+    expect((await store.renewMany('a~1', [{ name: 'g', term: token.term }], 60_000))[0]).toMatchObject({ renewed: true });
+    expect((await store.readStream('s')).map((e) => e.payload)).toEqual(['one', 'two']);
+    const [v] = await pool.query("SELECT value FROM v1_schema WHERE `key` = 'version'");
+    expect(v).toEqual([{ value: '2' }]);
+    // A stale and an unissued term are still told apart by the procedure's report.
+    await store.release('g', 'a~1', token.term);
+    const next = await store.acquire('g', 'b~1', 60_000);
+    expect(await store.appendFenced({ lease: 'g', term: next.lease.term }, 's', 'three')).toBe(3);
+    await expect(store.appendFenced(token, 's', 'late')).rejects.toBeInstanceOf(StaleTermError);
+    await expect(store.appendFenced({ lease: 'g', term: next.lease.term + 5 }, 's', 'x')).rejects.toBeInstanceOf(InvalidArgumentError);
   });
 
   it('creates the schema once when many stores start at the same moment', async () => {

@@ -90,7 +90,28 @@ describe('postgres store: on the shared server', () => {
       expect(() => new PostgresStore({ url: db.url, tablePrefix: bad })).toThrow(InvalidArgumentError);
     }
     const v = await pool.query('SELECT value FROM app_a_schema WHERE key = $1', ['version']);
-    expect(v.rows).toEqual([{ value: '1' }]);
+    expect(v.rows).toEqual([{ value: '2' }]);
+  });
+
+  it('migrates a version 1 schema (name-only NOTIFY) in place, and pushes the state in the payload', async () => {
+    const old = open({ tablePrefix: 'v1_' });
+    await old.acquire('g', 'a~1', 60_000);
+    // Make it what tenure 0.1 left behind: version 1, the trigger sending the bare name.
+    await pool.query(`CREATE OR REPLACE FUNCTION v1_notify() RETURNS trigger LANGUAGE plpgsql AS $fn$
+      BEGIN PERFORM pg_notify(TG_ARGV[0], NEW.name); RETURN NULL; END $fn$`);
+    await pool.query("UPDATE v1_schema SET value = '1' WHERE key = 'version'");
+    const watcher = open({ tablePrefix: 'v1_' });
+    const other = open({ tablePrefix: 'v1_' });
+    const seen: (string | null)[] = [];
+    const stop = watcher.watch('g', (l: Lease | null) => seen.push(l ? `${l.owner}@${l.term}@${l.meta.role}` : null));
+    await waitFor(() => seen.length === 1, 3000, 'current holder read after LISTEN');
+    expect((await pool.query("SELECT value FROM v1_schema WHERE key = 'version'")).rows).toEqual([{ value: '2' }]);
+    await other.release('g', 'a~1', 1);
+    await waitFor(() => seen.length === 2, 3000, 'release pushed');
+    await other.acquire('g', 'b~1', 60_000, { role: 'x' });
+    await waitFor(() => seen.length === 3, 3000, 'takeover pushed');
+    expect(seen).toEqual(['a~1@1@undefined', null, 'b~1@2@x']);
+    stop();
   });
 
   it('creates the schema once when many stores start at the same moment', async () => {

@@ -6,7 +6,8 @@
  * - acquire is one short transaction (`SELECT … FOR UPDATE`, decide, write) in which the term is
  *   bumped; renew, release and renewMany are one compare-and-set UPDATE each (rules 4, 6); the
  *   fence row is locked FOR UPDATE and checked in the same transaction as the append (rule 5).
- *   Transactions that lose a deadlock are rolled back by the server and retried.
+ *   appendFenced and renewMany are each one CALL of a stored procedure made by the migration
+ *   (one round trip). Transactions that lose a deadlock are rolled back by the server and retried.
  * - The schema is created on first use under `GET_LOCK`, with a version row.
  * - No push: MySQL has no LISTEN/NOTIFY. Candidates wake at the server-reported expiry. With
  *   `watchPollMs` set, `watch()` polls the watched leases at that interval so a graceful release
@@ -182,9 +183,9 @@ export class MysqlStore implements Store {
     if (leases.length === 0) return [];
     const batch = JSON.stringify(leases.map((l) => ({ n: l.name, t: l.term })));
     return this.run('renewMany', async (c) => {
-      // One UPDATE renews the whole batch; one SELECT on the same connection reports each lease.
-      await c.execute(this.sql.renewMany, [batch, ttlMs * 1000, ttlMs, owner]);
-      const rows = await select(c, this.sql.renewManyReport, [batch]);
+      // One CALL, one round trip: the procedure renews the whole batch with one UPDATE and
+      // reports each lease with one SELECT on the same connection.
+      const rows = await callRows(c, this.sql.renewMany, [batch, ttlMs * 1000, ttlMs, owner]);
       return rows.map((row): RenewResult => {
         if (row.name === null || row.name === undefined || Number(row.live) !== 1) return { renewed: false, lease: null };
         const lease = rowLease(row);
@@ -220,23 +221,20 @@ export class MysqlStore implements Store {
     checkName('stream', stream);
     checkPayload('payload', payload);
     return this.run('appendFenced', (c) =>
-      this.transaction(c, async () => {
-        // Lock the fence row first: appends under one lease are serialized from here to COMMIT.
-        const fence = (await select(c, this.sql.lockFence, [token.lease]))[0];
-        const highest = fence ? Number(fence.max_term) : 0;
-        const issued = Number((await select(c, this.sql.issued, [token.lease]))[0]?.term ?? 0);
-        const verdict = decideFence(token.term, highest, issued);
-        if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, highest);
-        if (verdict === 'unissued') {
-          throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
+      this.retrying(async () => {
+        // One CALL, one round trip: the procedure locks the fence row, checks and raises the
+        // term, bumps the stream head and writes the entry in one transaction (see sql.ts).
+        const row = (await callRows(c, this.sql.append, [token.lease, token.term, stream, payload]))[0];
+        if (!row) throw new Error(`the append procedure reported nothing for stream ${stream}`);
+        if (row.seq !== null && row.seq !== undefined) {
+          const seq = Number(row.seq);
+          if (!Number.isSafeInteger(seq) || seq < 1) throw new Error(`stream head for ${stream} returned no sequence number`);
+          return seq;
         }
-        if (!fence) await c.execute(this.sql.insertFence, [token.lease, token.term]);
-        else if (token.term > highest) await c.execute(this.sql.raiseFence, [token.term, token.lease]);
-        const [head] = await c.execute(this.sql.bumpHead, [stream]);
-        const seq = Number((head as { insertId?: unknown }).insertId);
-        if (!Number.isSafeInteger(seq) || seq < 1) throw new Error(`stream head for ${stream} returned no sequence number`);
-        await c.execute(this.sql.insertEntry, [stream, seq, token.lease, token.term, payload]);
-        return seq;
+        const highest = row.highest === null || row.highest === undefined ? 0 : Number(row.highest);
+        const issued = row.issued === null || row.issued === undefined ? 0 : Number(row.issued);
+        if (decideFence(token.term, highest, issued) === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+        throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
       }),
     );
   }
@@ -318,6 +316,22 @@ export class MysqlStore implements Store {
         },
       );
     });
+  }
+
+  /** `fn`, run again when it lost a deadlock or an insert race (rolled back whole by the server). */
+  private async retrying<T>(fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        const errno = (err as { errno?: unknown }).errno;
+        if (attempt < 10 && typeof errno === 'number' && RETRYABLE.has(errno)) {
+          await new Promise((r) => setTimeout(r, Math.random() * 2 * attempt));
+          continue;
+        }
+        throw err;
+      }
+    }
   }
 
   /** One transaction; a deadlock victim (rolled back whole by the server) is run again. */
@@ -448,6 +462,13 @@ export class MysqlStore implements Store {
 async function select(c: MysqlConnection, sql: string, values: MysqlValue[]): Promise<Row[]> {
   const [rows] = await c.execute(sql, values);
   return rows as Row[];
+}
+
+/** The rows of the first result set of a CALL (mysql2 returns [[rows…], header] for it). */
+async function callRows(c: MysqlConnection, sql: string, values: MysqlValue[]): Promise<Row[]> {
+  const [result] = await c.execute(sql, values);
+  if (Array.isArray(result) && Array.isArray(result[0])) return result[0] as Row[];
+  throw new Error('the stored procedure returned no result set');
 }
 
 function affected(result: [unknown, unknown]): number {

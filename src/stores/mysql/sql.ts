@@ -9,7 +9,13 @@
  */
 import { InvalidArgumentError } from '../../core/index.js';
 
-export const SCHEMA_VERSION = 1;
+/**
+ * 1: the four tables.
+ * 2: adds the stored procedures `<prefix>append` and `<prefix>renew_many`, so that a fenced
+ *    append and a batched renewal are each one round trip. Migrating 1 -> 2 creates them; the
+ *    tables are unchanged.
+ */
+export const SCHEMA_VERSION = 2;
 
 const PREFIX = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
 
@@ -31,7 +37,7 @@ const COLS = `name, owner, term, ttl_ms, meta, TIMESTAMPDIFF(MICROSECOND, ${NOW}
 const LIVE = `owner IS NOT NULL AND expires_at > ${NOW}`;
 const TABLE_OPTS = 'ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin';
 /** The batch of a renewMany as one JSON parameter: [{"n": name, "t": term}, …]. */
-const BATCH = `JSON_TABLE(?, '$[*]' COLUMNS (ord FOR ORDINALITY, n VARCHAR(200) PATH '$.n', t BIGINT PATH '$.t')) AS r`;
+const batch = (param: string): string => `JSON_TABLE(${param}, '$[*]' COLUMNS (ord FOR ORDINALITY, n VARCHAR(200) PATH '$.n', t BIGINT PATH '$.t')) AS r`;
 
 export interface MysqlSql {
   readonly lockName: string;
@@ -42,17 +48,11 @@ export interface MysqlSql {
   readonly updateLease: string;
   readonly renew: string;
   readonly renewMany: string;
-  readonly renewManyReport: string;
   readonly release: string;
   readonly readLive: string;
   readonly readAny: string;
   readonly list: string;
-  readonly lockFence: string;
-  readonly issued: string;
-  readonly insertFence: string;
-  readonly raiseFence: string;
-  readonly bumpHead: string;
-  readonly insertEntry: string;
+  readonly append: string;
   readonly highest: string;
   readonly readStream: string;
 }
@@ -63,6 +63,8 @@ export function buildSql(prefix: string): MysqlSql {
   const F = ident(`${prefix}fences`);
   const H = ident(`${prefix}stream_heads`);
   const S = ident(`${prefix}streams`);
+  const appendProc = ident(`${prefix}append`);
+  const renewManyProc = ident(`${prefix}renew_many`);
   return {
     lockName: `tenure:${prefix}`,
     schemaTable,
@@ -75,31 +77,72 @@ export function buildSql(prefix: string): MysqlSql {
       `CREATE TABLE IF NOT EXISTS ${S} (
          stream VARBINARY(800) NOT NULL, seq BIGINT NOT NULL, lease VARBINARY(800) NOT NULL, term BIGINT NOT NULL,
          payload LONGTEXT NOT NULL, PRIMARY KEY (stream, seq)) ${TABLE_OPTS}`,
+      // Fenced append, one transaction in one round trip. The fence row is locked FOR UPDATE
+      // first: appends under one lease are serialized from there to COMMIT, and no higher term
+      // can be accepted meanwhile. A term equal to the highest accepted needs nothing more (it
+      // was issued when it was first accepted); a higher one must have been issued, and raises
+      // the fence. Then the stream head is bumped (the new last_seq comes back through
+      // LAST_INSERT_ID(expr)) and the entry written. Any error rolls the whole transaction back
+      // and is passed on (a deadlock victim is retried by the caller). Reports one row: seq (NULL
+      // when refused), highest (the fence after the call), issued (read only when needed).
+      `DROP PROCEDURE IF EXISTS ${appendProc}`,
+      `CREATE PROCEDURE ${appendProc}(IN p_lease VARBINARY(800), IN p_term BIGINT, IN p_stream VARBINARY(800), IN p_payload LONGTEXT)
+       MODIFIES SQL DATA
+       BEGIN
+         DECLARE v_high BIGINT DEFAULT NULL;
+         DECLARE v_issued BIGINT DEFAULT NULL;
+         DECLARE v_seq BIGINT DEFAULT NULL;
+         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+         START TRANSACTION;
+         SELECT MAX(max_term) INTO v_high FROM ${F} WHERE name = p_lease FOR UPDATE;
+         IF v_high IS NULL OR v_high < p_term THEN
+           SELECT COALESCE(MAX(term), 0) INTO v_issued FROM ${L} WHERE name = p_lease;
+           IF p_term <= v_issued THEN
+             IF v_high IS NULL THEN INSERT INTO ${F} (name, max_term) VALUES (p_lease, p_term);
+             ELSE UPDATE ${F} SET max_term = p_term WHERE name = p_lease;
+             END IF;
+             SET v_high = p_term;
+           END IF;
+         END IF;
+         IF v_high = p_term THEN
+           INSERT INTO ${H} (stream, last_seq) VALUES (p_stream, LAST_INSERT_ID(1))
+             ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + 1);
+           SET v_seq = LAST_INSERT_ID();
+           INSERT INTO ${S} (stream, seq, lease, term, payload) VALUES (p_stream, v_seq, p_lease, p_term, p_payload);
+         END IF;
+         COMMIT;
+         SELECT v_seq AS seq, v_high AS highest, v_issued AS issued;
+       END`,
+      // The whole batch in one round trip: one multi-row UPDATE renews every lease still held
+      // by p_owner with its term and live; one SELECT then reports each lease of the batch in
+      // order (MySQL has no UPDATE … RETURNING).
+      `DROP PROCEDURE IF EXISTS ${renewManyProc}`,
+      `CREATE PROCEDURE ${renewManyProc}(IN p_batch LONGTEXT, IN p_ttl_us BIGINT, IN p_ttl_ms INT, IN p_owner VARBINARY(800))
+       MODIFIES SQL DATA
+       BEGIN
+         UPDATE ${L} AS l JOIN ${batch('p_batch')} ON l.name = r.n AND l.term = r.t
+           SET l.expires_at = ${NOW} + INTERVAL p_ttl_us MICROSECOND, l.ttl_ms = p_ttl_ms
+           WHERE l.owner = p_owner AND l.expires_at > ${NOW};
+         SELECT r.ord, r.n, r.t, l.name, l.owner, l.term, l.ttl_ms, l.meta,
+             TIMESTAMPDIFF(MICROSECOND, ${NOW}, l.expires_at) AS remaining_us,
+             (l.owner IS NOT NULL AND l.expires_at > ${NOW}) AS live
+           FROM ${batch('p_batch')} LEFT JOIN ${L} AS l ON l.name = r.n ORDER BY r.ord;
+       END`,
     ],
     lockRow: `SELECT ${COLS} FROM ${L} WHERE name = ? FOR UPDATE`,
     insertLease: `INSERT INTO ${L} (name, owner, term, expires_at, ttl_ms, meta) VALUES (?, ?, ?, ${NOW} + INTERVAL ? MICROSECOND, ?, ?)`,
     updateLease: `UPDATE ${L} SET owner = ?, term = ?, expires_at = ${NOW} + INTERVAL ? MICROSECOND, ttl_ms = ?, meta = ? WHERE name = ?`,
     // Compare-and-set on owner and term of a live lease, one statement.
     renew: `UPDATE ${L} SET expires_at = ${NOW} + INTERVAL ? MICROSECOND, ttl_ms = ? WHERE name = ? AND owner = ? AND term = ? AND ${LIVE}`,
-    // The whole batch in one statement: (owner, ttl µs, ttl ms, batch JSON).
-    renewMany: `UPDATE ${L} AS l JOIN ${BATCH} ON l.name = r.n AND l.term = r.t
-      SET l.expires_at = ${NOW} + INTERVAL ? MICROSECOND, l.ttl_ms = ? WHERE l.owner = ? AND l.expires_at > ${NOW}`,
-    renewManyReport: `SELECT r.ord, r.n, r.t, l.name, l.owner, l.term, l.ttl_ms, l.meta,
-        TIMESTAMPDIFF(MICROSECOND, ${NOW}, l.expires_at) AS remaining_us,
-        (l.owner IS NOT NULL AND l.expires_at > ${NOW}) AS live
-      FROM ${BATCH} LEFT JOIN ${L} AS l ON l.name = r.n ORDER BY r.ord`,
+    // (batch JSON, ttl µs, ttl ms, owner); the batch is [{"n": name, "t": term}, …].
+    renewMany: `CALL ${renewManyProc}(?, ?, ?, ?)`,
     release: `UPDATE ${L} SET owner = NULL, expires_at = ${NOW} WHERE name = ? AND owner = ? AND term = ? AND ${LIVE}`,
     readLive: `SELECT ${COLS} FROM ${L} WHERE name = ? AND ${LIVE}`,
     readAny: `SELECT ${COLS}, (${LIVE}) AS live FROM ${L} WHERE name = ?`,
     // Prefix by bytes: LENGTH is the prefix's UTF-8 length, LEFT on VARBINARY counts bytes.
     list: `SELECT ${COLS} FROM ${L} WHERE ${LIVE} AND LEFT(name, LENGTH(?)) = ? ORDER BY name`,
-    lockFence: `SELECT max_term FROM ${F} WHERE name = ? FOR UPDATE`,
-    issued: `SELECT term FROM ${L} WHERE name = ?`,
-    insertFence: `INSERT INTO ${F} (name, max_term) VALUES (?, ?)`,
-    raiseFence: `UPDATE ${F} SET max_term = ? WHERE name = ?`,
-    // The new last_seq comes back as the statement's insert id (LAST_INSERT_ID(expr)).
-    bumpHead: `INSERT INTO ${H} (stream, last_seq) VALUES (?, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + 1)`,
-    insertEntry: `INSERT INTO ${S} (stream, seq, lease, term, payload) VALUES (?, ?, ?, ?, ?)`,
+    // (lease, term, stream, payload)
+    append: `CALL ${appendProc}(?, ?, ?, ?)`,
     highest: `SELECT max_term FROM ${F} WHERE name = ?`,
     readStream: `SELECT seq, lease, term, payload FROM ${S} WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?`,
   };

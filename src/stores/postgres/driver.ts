@@ -21,8 +21,17 @@ export interface PgNotification {
   readonly payload?: string | undefined;
 }
 
+/** A statement with a name: `pg` prepares it once per connection and then only binds and runs it. */
+export interface PgQueryConfig {
+  readonly name?: string;
+  readonly text: string;
+  readonly values?: unknown[];
+}
+
 /** A client checked out of a pool (`pg.PoolClient`). */
 export interface PgPoolClient extends PgQueryable {
+  query(text: string, values?: unknown[]): Promise<PgQueryResult>;
+  query(config: PgQueryConfig): Promise<PgQueryResult>;
   release(destroy?: boolean | Error): void;
   on(event: 'notification', listener: (message: PgNotification) => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;

@@ -7,8 +7,9 @@
  *   transaction), the term bumped inside it (rules 4, 6); the fence is checked and raised in the
  *   same statement as the write it guards (rule 5).
  * - The schema is created on first use under `pg_advisory_xact_lock`, with a version row.
- * - Push: a trigger NOTIFYs on every change of holder or term; one dedicated connection LISTENs
- *   while anything is watched, and reconnects by itself when it is lost.
+ * - Push: a trigger NOTIFYs on every change of holder or term, the new state in the payload; one
+ *   dedicated connection LISTENs while anything is watched, and reconnects by itself when lost.
+ * - Statements are named prepared statements (planned once per connection) unless turned off.
  * - Any driver failure, and any call that takes longer than `timeoutMs`, rejects with
  *   StoreUnavailableError naming host:port: the outcome is unknown (rule 3).
  */
@@ -60,7 +61,15 @@ export interface PostgresStoreOptions {
   timeoutMs?: number;
   /** Delay before the LISTEN connection is re-opened after a loss, ms (default 250, doubling to 5 s). */
   reconnectMs?: number;
+  /**
+   * Send the store's statements as named prepared statements, parsed and planned once per
+   * connection (default true). Turn off behind a pooler that cannot keep prepared statements
+   * (PgBouncer in transaction mode before 1.21).
+   */
+  preparedStatements?: boolean;
 }
+
+type StatementKey = 'acquire' | 'renew' | 'renewMany' | 'release' | 'read' | 'readAny' | 'list' | 'append' | 'highest' | 'readStream';
 
 /** What a watcher was last told: the term, and the owner while live. Terms only grow. */
 interface WatchState {
@@ -85,6 +94,8 @@ export class PostgresStore implements Store {
   private readonly sql: PgSql;
   private readonly timeoutMs: number;
   private readonly reconnectMs: number;
+  /** Statement name per key (empty when prepared statements are off). */
+  private readonly names: Readonly<Record<StatementKey, string>> | null;
   private schemaReady: Promise<void> | null = null;
   private closed = false;
   private readonly watched = new Map<string, Watched>();
@@ -99,6 +110,14 @@ export class PostgresStore implements Store {
     this.timeoutMs = checkMs('timeoutMs', options.timeoutMs ?? 5000, 10, 600_000);
     this.reconnectMs = checkMs('reconnectMs', options.reconnectMs ?? 250, 1, 60_000);
     this.sql = buildSql(this.tablePrefix);
+    // Names are per connection and per statement text: the prefix and the schema version keep
+    // stores with different prefixes (or versions) on one pool apart. <= 63 bytes (NAMEDATALEN).
+    this.names =
+      options.preparedStatements === false
+        ? null
+        : (Object.fromEntries(
+            (['acquire', 'renew', 'renewMany', 'release', 'read', 'readAny', 'list', 'append', 'highest', 'readStream'] as const).map((k) => [k, `tenure${SCHEMA_VERSION}.${this.tablePrefix}.${k}`]),
+          ) as Record<StatementKey, string>);
     if (options.url !== undefined) {
       this.endpoint = endpointOf(options.url);
       const { Pool } = loadPg();
@@ -134,7 +153,7 @@ export class PostgresStore implements Store {
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
     const metaText = encodeMeta('meta', meta);
-    const r = await this.run('acquire', (c) => c.query(this.sql.acquire, [name, owner, ttlMs, metaText]));
+    const r = await this.run('acquire', (c) => this.query(c, 'acquire', [name, owner, ttlMs, metaText]));
     const row = first(r);
     const lease = toLease(row);
     const acquired = row.acquired === true;
@@ -147,7 +166,7 @@ export class PostgresStore implements Store {
     checkOwner('owner', owner);
     checkTerm('term', term);
     checkTtl('ttlMs', ttlMs);
-    const r = await this.run('renew', (c) => c.query(this.sql.renew, [name, owner, term, ttlMs]));
+    const r = await this.run('renew', (c) => this.query(c, 'renew', [name, owner, term, ttlMs]));
     const row = r.rows[0];
     if (!row) return { renewed: false, lease: null };
     return { renewed: row.renewed === true, lease: toLease(row) };
@@ -160,7 +179,7 @@ export class PostgresStore implements Store {
     if (leases.length === 0) return [];
     const names = leases.map((l) => l.name);
     const terms = leases.map((l) => l.term);
-    const r = await this.run('renewMany', (c) => c.query(this.sql.renewMany, [owner, names, terms, ttlMs]));
+    const r = await this.run('renewMany', (c) => this.query(c, 'renewMany', [owner, names, terms, ttlMs]));
     return r.rows.map((row) => (row.owner === null ? { renewed: false, lease: null } : { renewed: row.renewed === true, lease: toLease(row) }));
   }
 
@@ -168,7 +187,7 @@ export class PostgresStore implements Store {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTerm('term', term);
-    const r = await this.run('release', (c) => c.query(this.sql.release, [name, owner, term]));
+    const r = await this.run('release', (c) => this.query(c, 'release', [name, owner, term]));
     const released = r.rowCount === 1;
     if (released) this.noteLocal(name, { term, owner: null }, null);
     return released;
@@ -176,14 +195,14 @@ export class PostgresStore implements Store {
 
   async read(name: string): Promise<Lease | null> {
     checkName('name', name);
-    const r = await this.run('read', (c) => c.query(this.sql.read, [name]));
+    const r = await this.run('read', (c) => this.query(c, 'read', [name]));
     const row = r.rows[0];
     return row ? toLease(row) : null;
   }
 
   async list(prefix = ''): Promise<Lease[]> {
     if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
-    const r = await this.run('list', (c) => c.query(this.sql.list, [prefix]));
+    const r = await this.run('list', (c) => this.query(c, 'list', [prefix]));
     return r.rows.map(toLease);
   }
 
@@ -191,7 +210,7 @@ export class PostgresStore implements Store {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
-    const r = await this.run('appendFenced', (c) => c.query(this.sql.append, [token.lease, token.term, stream, payload]));
+    const r = await this.run('appendFenced', (c) => this.query(c, 'append', [token.lease, token.term, stream, payload]));
     const row = first(r);
     if (row.seq !== null && row.seq !== undefined) return Number(row.seq);
     const issued = Number(row.issued ?? 0);
@@ -201,7 +220,7 @@ export class PostgresStore implements Store {
     let highest = Number(row.highest ?? 0);
     if (highest <= token.term) {
       // The statement's snapshot predates the commit that raised the fence; read it again.
-      const again = await this.run('appendFenced', (c) => c.query(this.sql.highest, [token.lease]));
+      const again = await this.run('appendFenced', (c) => this.query(c, 'highest', [token.lease]));
       highest = Math.max(highest, Number(again.rows[0]?.max_term ?? 0));
     }
     throw new StaleTermError(token.lease, token.term, Math.max(highest, token.term + 1));
@@ -210,7 +229,7 @@ export class PostgresStore implements Store {
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
-    const r = await this.run('readStream', (c) => c.query(this.sql.readStream, [stream, after, limit]));
+    const r = await this.run('readStream', (c) => this.query(c, 'readStream', [stream, after, limit]));
     return r.rows.map((row) => ({
       stream,
       seq: Number(row.seq),
@@ -254,6 +273,12 @@ export class PostgresStore implements Store {
   }
 
   // ---- internals ------------------------------------------------------------------------
+
+  /** One of the store's statements, by name when prepared statements are on. */
+  private query(c: PgPoolClient, key: StatementKey, values: unknown[]): Promise<PgQueryResult> {
+    const text = this.sql[key];
+    return this.names ? c.query({ name: this.names[key], text, values }) : c.query(text, values);
+  }
 
   /**
    * Run `fn` on a pooled client, after making sure the schema exists, within `timeoutMs`.
@@ -377,7 +402,7 @@ export class PostgresStore implements Store {
   }
 
   private async refresh(c: PgPoolClient, name: string): Promise<void> {
-    const r = await c.query(this.sql.readAny, [name]);
+    const r = await this.query(c, 'readAny', [name]);
     const w = this.watched.get(name);
     const row = r.rows[0];
     if (!w || !row) return;
@@ -428,9 +453,16 @@ export class PostgresStore implements Store {
         let chain = Promise.resolve();
         c.on('notification', (msg: PgNotification) => {
           if (msg.channel !== this.sql.channel || msg.payload === undefined) return;
-          const name = msg.payload;
-          if (!this.watched.has(name)) return;
-          chain = chain.then(() => this.refresh(c, name)).catch(() => {});
+          const pushed = parsePush(msg.payload);
+          if (!pushed || !this.watched.has(pushed.name)) return;
+          // The payload carries the new state: no read needed (in order with any pending read).
+          if (pushed.state) {
+            const { name, state, lease } = pushed;
+            chain = chain.then(() => {
+              const w = this.watched.get(name);
+              if (w) this.advance(w, state, lease);
+            }).catch(() => {});
+          } else chain = chain.then(() => this.refresh(c, pushed.name)).catch(() => {});
         });
         await this.ensureSchema(c);
         await c.query(`LISTEN "${this.sql.channel}"`);
@@ -470,6 +502,28 @@ function toLease(row: Record<string, unknown>): Lease {
     ttlMs: Number(row.ttl_ms),
     remainingMs: Math.max(0, Math.floor(Number(row.remaining_ms))),
   };
+}
+
+/**
+ * A NOTIFY payload (schema 2): `{n, t}` released, `{n, t, o, ttl, m, r}` a live holder, `{n}` too
+ * large to carry (read the row). Anything else is treated as a bare name to read.
+ */
+export function parsePush(payload: string): { name: string; state?: WatchState; lease: Lease | null } | null {
+  let v: unknown;
+  try {
+    v = JSON.parse(payload);
+  } catch {
+    return { name: payload, lease: null };
+  }
+  if (typeof v !== 'object' || v === null) return { name: payload, lease: null };
+  const p = v as Record<string, unknown>;
+  if (typeof p.n !== 'string') return { name: payload, lease: null };
+  const name = p.n;
+  if (typeof p.t !== 'number' || !Number.isSafeInteger(p.t)) return { name, lease: null };
+  if (p.o === undefined || p.o === null) return { name, state: { term: p.t, owner: null }, lease: null };
+  if (typeof p.o !== 'string' || typeof p.ttl !== 'number' || typeof p.r !== 'number' || typeof p.m !== 'string') return { name, lease: null };
+  const lease = toLease({ name, owner: p.o, term: p.t, ttl_ms: p.ttl, meta: p.m, remaining_ms: p.r });
+  return { name, state: { term: p.t, owner: p.o }, lease };
 }
 
 function first(r: PgQueryResult): Record<string, unknown> {

@@ -6,7 +6,15 @@
  */
 import { InvalidArgumentError } from '../../core/index.js';
 
-export const SCHEMA_VERSION = 1;
+/**
+ * 1: tables and a NOTIFY trigger whose payload is the lease name.
+ * 2: the payload is JSON carrying the new state (see `notifyFn` below), so a watcher needs no
+ *    read after a NOTIFY. Migrating 1 -> 2 replaces the trigger function; the tables are unchanged.
+ */
+export const SCHEMA_VERSION = 2;
+
+/** Payloads longer than this (a large meta) carry only the name; the watcher then reads the row. */
+export const NOTIFY_MAX_BYTES = 7900;
 
 const PREFIX = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
 
@@ -68,9 +76,23 @@ export function buildSql(prefix: string): PgSql {
       `CREATE TABLE IF NOT EXISTS ${S} (
          stream text NOT NULL, seq bigint NOT NULL, lease text NOT NULL, term bigint NOT NULL,
          payload text NOT NULL, PRIMARY KEY (stream, seq))`,
-      // Push: a change of holder or term (never a plain renewal) notifies the channel with the name.
+      // Push: a change of holder or term (never a plain renewal) notifies the channel with what a
+      // watcher needs, as JSON: {n: name, t: term} once released (or not live); {n, t, o: owner,
+      // ttl, m: meta, r: remaining ms by the server's clock} for a live holder; only {n} when that
+      // would not fit a NOTIFY payload (then the watcher reads the row).
       `CREATE OR REPLACE FUNCTION ${notifyFn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
-       BEGIN PERFORM pg_notify(TG_ARGV[0], NEW.name); RETURN NULL; END $fn$`,
+       DECLARE p text;
+       BEGIN
+         IF NEW.owner IS NULL OR NEW.expires_at <= now() THEN
+           p := json_build_object('n', NEW.name, 't', NEW.term)::text;
+         ELSE
+           p := json_build_object('n', NEW.name, 't', NEW.term, 'o', NEW.owner, 'ttl', NEW.ttl_ms, 'm', NEW.meta,
+                  'r', ${remaining('NEW.expires_at')})::text;
+           IF octet_length(p) > ${NOTIFY_MAX_BYTES} THEN p := json_build_object('n', NEW.name)::text; END IF;
+         END IF;
+         PERFORM pg_notify(TG_ARGV[0], p);
+         RETURN NULL;
+       END $fn$`,
       `DROP TRIGGER IF EXISTS ${ident(`${prefix}leases_insert`)} ON ${L}`,
       `CREATE TRIGGER ${ident(`${prefix}leases_insert`)} AFTER INSERT ON ${L}
        FOR EACH ROW EXECUTE FUNCTION ${notifyFn}('${channel}')`,
@@ -128,25 +150,35 @@ export function buildSql(prefix: string): PgSql {
       SELECT ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l
       WHERE ${live('l')} AND left(l.name, char_length($1::text)) = $1::text
       ORDER BY l.name COLLATE "C"`,
-    // Fenced append, one statement: the fence row is raised (and locked until commit) only when
-    // the term was issued and is >= the highest accepted; the stream head is bumped and the entry
-    // written only when the fence row was. $1 lease, $2 term, $3 stream, $4 payload.
+    // Fenced append, one statement. $1 lease, $2 term, $3 stream, $4 payload.
+    // `fence` locks the lease's fence row (FOR NO KEY UPDATE: in READ COMMITTED this waits for a
+    // concurrent raise and returns the latest version), so from here to COMMIT no higher term can
+    // be accepted. Usually the row already holds $2 and nothing else is needed (no fence write).
+    // Otherwise `raised` inserts or raises it, only when the term was issued and is >= the highest
+    // accepted (ON CONFLICT covers a row inserted concurrently). The stream head is bumped and the
+    // entry written only when one of the two said yes. On refusal, `issued` and `highest` let the
+    // caller tell a stale term from one never issued.
     append: `
-      WITH issued AS (SELECT COALESCE((SELECT term FROM ${L} WHERE name = $1), 0) AS term),
-      fence AS (
+      WITH fence AS (SELECT max_term FROM ${F} WHERE name = $1 FOR NO KEY UPDATE),
+      raised AS (
         INSERT INTO ${F} AS f (name, max_term)
-        SELECT $1, $2::bigint FROM issued WHERE $2::bigint <= issued.term
+        SELECT $1, $2::bigint
+        WHERE NOT EXISTS (SELECT 1 FROM fence WHERE max_term >= $2::bigint)
+          AND $2::bigint <= COALESCE((SELECT term FROM ${L} WHERE name = $1), 0)
         ON CONFLICT (name) DO UPDATE SET max_term = excluded.max_term WHERE f.max_term <= excluded.max_term
         RETURNING max_term),
+      ok AS (SELECT 1 FROM fence WHERE max_term = $2::bigint UNION ALL SELECT 1 FROM raised),
       head AS (
-        INSERT INTO ${H} AS h (stream, last_seq) SELECT $3, 1 FROM fence
+        INSERT INTO ${H} AS h (stream, last_seq) SELECT $3, 1 FROM ok
         ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1
         RETURNING last_seq),
       entry AS (
         INSERT INTO ${S} (stream, seq, lease, term, payload) SELECT $3, last_seq, $1, $2::bigint, $4 FROM head
         RETURNING seq)
-      SELECT (SELECT seq FROM entry) AS seq, (SELECT term FROM issued) AS issued,
-             (SELECT max_term FROM ${F} WHERE name = $1) AS highest`,
+      SELECT e.seq,
+        CASE WHEN e.seq IS NULL THEN (SELECT term FROM ${L} WHERE name = $1) END AS issued,
+        CASE WHEN e.seq IS NULL THEN (SELECT max_term FROM fence) END AS highest
+      FROM (SELECT (SELECT seq FROM entry) AS seq) AS e`,
     highest: `SELECT max_term FROM ${F} WHERE name = $1`,
     readStream: `SELECT seq, lease, term, payload FROM ${S} WHERE stream = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::int`,
   };

@@ -8,15 +8,22 @@
  * sharing one store (it runs in the contract suite and the simulator instead).
  */
 import type { ChaosBackend } from './stores/types.js';
+import { etcdChaos } from './stores/etcd.js';
+import { mysqlChaos } from './stores/mysql.js';
+import { postgresChaos } from './stores/postgres.js';
 import { redisChaos } from './stores/redis.js';
+import { redlockChaos } from './stores/redlock.js';
 import { sqliteChaos } from './stores/sqlite.js';
 
-export type { ChaosBackend, ChaosInstance, ChaosStartContext, FaultKind } from './stores/types.js';
+export type { ChaosBackend, ChaosInstance, ChaosStartContext, ChaosWorkload, FaultKind } from './stores/types.js';
 
 export const chaosBackends: readonly ChaosBackend[] = [
   sqliteChaos,
   redisChaos,
-  // postgresChaos, mysqlChaos, redlockChaos, etcdChaos: one line each, see docs/chaos.md
+  postgresChaos,
+  mysqlChaos,
+  etcdChaos,
+  redlockChaos,
 ];
 
 export function chaosBackend(name: string): ChaosBackend | undefined {

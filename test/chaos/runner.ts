@@ -14,7 +14,7 @@ import { openStore } from '../../src/open.js';
 import { parseHistory, streamOf } from '../fixtures/chaos-history.js';
 import type { HistoryRecord } from '../fixtures/chaos-history.js';
 import type { ChaosNodeConfig, ChaosNodeMessage } from '../fixtures/chaos-node.js';
-import type { ChaosBackend, ChaosInstance, FaultKind } from './backends.js';
+import type { ChaosBackend, ChaosInstance, ChaosWorkload, FaultKind } from './backends.js';
 import { check, formatRecord, formatViolation } from './checker.js';
 import type { CheckResult, Violation } from './checker.js';
 import { ensureBuilt, fixture } from './dist.js';
@@ -96,6 +96,7 @@ class NodeProc {
     const c = this.cluster;
     const config: ChaosNodeConfig = {
       url: c.urlFor(this.index),
+      ...(c.workload === 'redlock' ? { workload: 'redlock' as const, streamUrl: c.streamUrlFor(this.index) } : {}),
       node: this.id,
       proc: this.proc,
       groups: c.groups,
@@ -185,6 +186,7 @@ class Cluster {
     readonly seed: number,
     readonly mutation: 'forge-token' | undefined,
     count: number,
+    readonly workload: ChaosWorkload = 'elector',
   ) {
     this.nodes = Array.from({ length: count }, (_, i) => new NodeProc(this, i));
   }
@@ -200,6 +202,14 @@ class Cluster {
   urlFor(index: number): string {
     const proxies = this.proxies[index] ?? [];
     return proxies.length > 0 ? this.instance.url(proxies.map((p) => p.endpoint)) : this.instance.url();
+  }
+
+  /** The fenced streams' store URL for a node (only for workloads whose `url` is not a store). */
+  streamUrlFor(index: number): string {
+    const proxies = this.proxies[index] ?? [];
+    const streamUrl = this.instance.streamUrl?.bind(this.instance);
+    if (!streamUrl) return this.urlFor(index);
+    return proxies.length > 0 ? streamUrl(proxies.map((p) => p.endpoint)) : streamUrl();
   }
 
   crashed(proc: string, error: string): void {
@@ -483,7 +493,7 @@ export async function runChaos(backend: ChaosBackend, options: ChaosOptions): Pr
   const run: { cluster: Cluster | null; instance: ChaosInstance } = { cluster: null, instance };
   active.add(run);
   try {
-    cluster = new Cluster(instance, groups, ttlMs, historyDir, logDir, options.seed, options.mutation, nodeCount);
+    cluster = new Cluster(instance, groups, ttlMs, historyDir, logDir, options.seed, options.mutation, nodeCount, backend.workload);
     run.cluster = cluster;
     await cluster.startProxies();
     await Promise.all(cluster.nodes.map((n) => n.start()));
@@ -503,7 +513,7 @@ export async function runChaos(backend: ChaosBackend, options: ChaosOptions): Pr
     const endAt = Date.now();
     await cluster.stopAll();
 
-    const streams = await readWholeStream(instance.url(), groups);
+    const streams = await readWholeStream(instance.streamUrl?.() ?? instance.url(), groups);
     const histories = readHistories(historyDir);
     const checked = check({ groups, streams, histories, ttlMs, lastHealAt, endAt });
     const violations: Violation[] = [...checked.violations];

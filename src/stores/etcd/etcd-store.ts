@@ -21,6 +21,7 @@
  * - Release and renew compare the holder key's create revision, so they only ever touch the
  *   caller's own key (safety rule 6).
  */
+import { randomBytes } from 'node:crypto';
 import {
   ClosedError,
   InvalidArgumentError,
@@ -402,6 +403,8 @@ export class EtcdStore implements Store {
     const layout = conn.layout;
     const fenceKey = layout.fence(token.lease);
     const entries = layout.entries(stream);
+    // Tells this append's own entry from any other: a resent txn must not count as a conflict.
+    const appendId = randomBytes(8).toString('hex');
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const read = await conn.txn(`append to ${stream}`, [], [
         { request_range: { key: layout.term(token.lease) } },
@@ -422,13 +425,23 @@ export class EtcdStore implements Store {
       const entryKey = layout.entry(stream, seq);
       const ops: IRequestOp[] = [];
       if (token.term > highest) ops.push({ request_put: { key: fenceKey, value: Buffer.from(String(token.term)) } });
-      ops.push({ request_put: { key: entryKey, value: Buffer.from(JSON.stringify({ lease: token.lease, term: token.term, payload })) } });
+      ops.push({ request_put: { key: entryKey, value: Buffer.from(JSON.stringify({ lease: token.lease, term: token.term, payload, id: appendId })) } });
       // The fence did not move and the slot is free: the check and the write are one step.
-      const res = await conn.txn(`append to ${stream}`, [
-        { key: fenceKey, target: 'Mod', result: 'Equal', mod_revision: fenceKv ? fenceKv.mod_revision : 0 },
-        { key: entryKey, target: 'Create', result: 'Equal', create_revision: 0 },
-      ], ops);
+      const res = await conn.txn(
+        `append to ${stream}`,
+        [
+          { key: fenceKey, target: 'Mod', result: 'Equal', mod_revision: fenceKv ? fenceKv.mod_revision : 0 },
+          { key: entryKey, target: 'Create', result: 'Equal', create_revision: 0 },
+        ],
+        ops,
+        [{ request_range: { key: entryKey } }],
+      );
       if (res.succeeded) return seq;
+      // The etcd3 client resends a call whose connection failed; when the first send had landed
+      // the resend finds the slot taken by this very append, which is done then, not contended
+      // (without this check it would be written again at the next slot).
+      const taken = rangeKvs(res.responses[0])[0];
+      if (taken && (JSON.parse(taken.value.toString()) as { id?: string }).id === appendId) return seq;
     }
     throw new StoreUnavailableError(`${conn.label}: append to ${stream} gave up after ${MAX_ATTEMPTS} conflicting attempts`);
   }

@@ -26,6 +26,16 @@ export interface PrivateServerOptions {
   readonly readyTimeoutMs?: number;
   /** Readiness beyond "the port accepts" (a protocol ping); polled until true. */
   readonly ready?: (endpoint: Endpoint) => Promise<boolean>;
+  /** Run as this user and group (PostgreSQL refuses to run as root). */
+  readonly uid?: number;
+  readonly gid?: number;
+  /**
+   * The server forks worker processes (PostgreSQL's backends): start it in its own process group
+   * and send kill -9, SIGSTOP and SIGCONT to the whole group, as a crash or a stall of the host would.
+   */
+  readonly processGroup?: boolean;
+  /** The signal for a clean stop (default SIGTERM; PostgreSQL's fast shutdown is SIGINT). */
+  readonly stopSignal?: NodeJS.Signals;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -99,7 +109,14 @@ export class PrivateServer {
     if (this.child) return;
     const o = this.options;
     const fd = o.logFile ? openSync(o.logFile, 'a') : 'ignore';
-    const child = spawn(o.command, [...o.args(this.endpoint.port)], { cwd: o.cwd, env: o.env ?? process.env, stdio: ['ignore', fd, fd] });
+    const child = spawn(o.command, [...o.args(this.endpoint.port)], {
+      cwd: o.cwd,
+      env: o.env ?? process.env,
+      stdio: ['ignore', fd, fd],
+      ...(o.uid !== undefined ? { uid: o.uid } : {}),
+      ...(o.gid !== undefined ? { gid: o.gid } : {}),
+      detached: o.processGroup === true,
+    });
     if (typeof fd === 'number') closeSync(fd);
     this.child = child;
     let exitInfo: string | null = null;
@@ -127,22 +144,43 @@ export class PrivateServer {
     }
   }
 
-  /** kill -9: no shutdown, no flush. Resolves when the process is gone. */
+  /** Send `signal` to the process, or to its whole process group with `processGroup`. */
+  private signal(child: ChildProcess, signal: NodeJS.Signals): void {
+    if (this.options.processGroup && child.pid !== undefined) {
+      try {
+        process.kill(-child.pid, signal);
+        return;
+      } catch {
+        // the group is gone; fall back to the process itself
+      }
+    }
+    child.kill(signal);
+  }
+
+  /** kill -9 (the whole group with `processGroup`): no shutdown, no flush. Resolves when the process is gone. */
   async kill(): Promise<void> {
     if (!this.child) return;
-    this.child.kill('SIGKILL');
+    this.signal(this.child, 'SIGKILL');
     await this.exited;
   }
 
-  /** SIGTERM, then SIGKILL after `graceMs`. */
+  /** SIGTERM (or the `stopSignal`), then SIGKILL after `graceMs`. */
   async stop(graceMs = 5000): Promise<void> {
     const child = this.child;
     if (!child) return;
-    child.kill('SIGCONT');
-    child.kill('SIGTERM');
-    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    this.signal(child, 'SIGCONT');
+    child.kill(this.options.stopSignal ?? 'SIGTERM');
+    const timer = setTimeout(() => this.signal(child, 'SIGKILL'), graceMs);
     await this.exited;
     clearTimeout(timer);
+    // Workers left behind by a stop that timed out go with the group.
+    if (this.options.processGroup && child.pid !== undefined) {
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // none left
+      }
+    }
   }
 
   /**
@@ -153,11 +191,11 @@ export class PrivateServer {
     const child = this.child;
     if (!child) return null;
     const from = Date.now();
-    child.kill('SIGSTOP');
+    this.signal(child, 'SIGSTOP');
     try {
       await sleep(ms);
     } finally {
-      child.kill('SIGCONT');
+      this.signal(child, 'SIGCONT');
     }
     return { from, to: Date.now() };
   }

@@ -18,6 +18,9 @@ import type { Endpoint } from '../proxy/index.js';
  */
 export type FaultKind = 'pause' | 'kill' | 'slow' | 'restart-store' | 'kill-member' | 'cut' | 'drop' | 'blackhole' | 'delay' | 'one-way';
 
+/** How the nodes get their fencing tokens: a LeaderElector on the store, or a Redlock. */
+export type ChaosWorkload = 'elector' | 'redlock';
+
 export const allFaultKinds: readonly FaultKind[] = ['pause', 'kill', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way'];
 
 /** Faults that act on one node's connections through its proxies. */
@@ -42,6 +45,12 @@ export interface ChaosInstance {
   /** The store URL a node uses; `via` replaces `endpoints` (the node's proxies). */
   url(via?: readonly Endpoint[]): string;
   /**
+   * Only when `url` is not a store (the `redlock` workload: `url` is a `redlock://` URL): the
+   * store URL of the fenced streams, `via` as for `url`. Nodes get it through their proxies, and
+   * the runner reads the streams from `streamUrl()` at the end.
+   */
+  streamUrl?(via?: readonly Endpoint[]): string;
+  /**
    * Make the store slow for about `ms`. Resolves when it is fast again, with the interval it
    * really was slow (Date.now() values), or null when the fault could not be applied.
    */
@@ -65,6 +74,12 @@ export interface ChaosBackend {
   readonly faults: readonly FaultKind[];
   /** Lease TTL for the run (default 1500 ms). */
   readonly ttlMs?: number;
+  /**
+   * What the nodes do (default `elector`): campaign with a LeaderElector on the store at `url`;
+   * or `redlock`: take a Redlock at `url` (a `redlock://` URL) per group and append with its
+   * fencing token to the store at `streamUrl` (test/fixtures/chaos-node.ts).
+   */
+  readonly workload?: ChaosWorkload;
   /**
    * A known bug in the store that this suite finds: `npm run chaos -- --store NAME` still runs
    * (and shows it), the CI run in chaos.test.ts is skipped with this text until it is fixed.

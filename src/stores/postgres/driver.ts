@@ -44,6 +44,7 @@ export interface PgPool extends PgQueryable {
   connect(): Promise<PgPoolClient>;
   end(): Promise<void>;
   on?(event: 'error', listener: (err: Error) => void): unknown;
+  on?(event: 'connect', listener: (client: PgPoolClient) => void): unknown;
   /** pg.Pool keeps its config here; used only to name host:port in error messages. */
   readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined; readonly connectionString?: string | undefined };
 }

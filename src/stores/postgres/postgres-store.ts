@@ -141,6 +141,14 @@ export class PostgresStore implements Store {
       this.endpoint = o?.connectionString ? endpointOf(o.connectionString) : `${o?.host ?? 'localhost'}:${o?.port ?? 5432}`;
       this.ownsPool = false;
     }
+    // pg-pool drops its own 'error' listener from a client and resolves connect() in the same
+    // synchronous step; ours is attached a microtask later. A FATAL that arrives in the same
+    // packet as the end of startup (a server killed just then) would be emitted to no listener
+    // and end the process. Every client keeps this one for life; failures still reach callers
+    // through their queries' rejections. (Found by the chaos suite's restart-store fault.)
+    this.pool.on?.('connect', (client: PgPoolClient) => {
+      client.on('error', () => {});
+    });
   }
 
   /** Create or upgrade the tables now (otherwise done on first use). */

@@ -32,6 +32,23 @@ export interface GrantedLease {
 
 export type TxnResponse = RPC.ITxnResponse;
 
+interface KeepAliveChannel {
+  readonly stream: RPC.IDuplexStream<RPC.ILeaseKeepAliveRequest, RPC.ILeaseKeepAliveResponse>;
+  /** Callers waiting for an answer, per lease id, in the order their requests were written. */
+  readonly waiting: Map<string, ((answer: number | Error) => void)[]>;
+  closed: boolean;
+  closedBy: Error | null;
+}
+
+/** A lease id in one spelling, whichever the client hands back. */
+function leaseKey(id: string): string {
+  try {
+    return BigInt(id).toString();
+  } catch {
+    return id;
+  }
+}
+
 /**
  * etcd measures lease TTLs in whole seconds and grants at least its minimum (1 s with a short
  * election timeout, 2 s with etcd's defaults). Rounding up keeps the store's expiry at or after
@@ -52,6 +69,8 @@ export class EtcdConnection {
   /** The highest revision any answer carried. */
   lastRevision = 0;
   private closed = false;
+  private keepAlives: Promise<KeepAliveChannel> | null = null;
+  private keepAliveOpen: KeepAliveChannel | null = null;
 
   constructor(options: EtcdConnectionOptions) {
     const namespace = options.namespace ?? '';
@@ -128,35 +147,85 @@ export class EtcdConnection {
   /**
    * One keepalive. Resolves to the lease's TTL in seconds as etcd reset it, or 0 when etcd no
    * longer has the lease (it expired or was revoked: etcd never revives an expired lease).
+   *
+   * Keepalives share one LeaseKeepAlive stream per connection (opening a stream per keepalive
+   * costs more than the keepalive). etcd answers a stream's requests in order, so answers are
+   * matched to callers per lease id, first in first out; a keepalive with no answer in time
+   * closes the stream and fails every caller waiting on it, so a late answer can never be
+   * taken for a later request's.
    */
   keepAliveOnce(id: string): Promise<number> {
     return this.call('lease keepalive', async () => {
-      const stream = await this.client.leaseClient.leaseKeepAlive();
+      const channel = await this.keepAliveChannel();
+      if (channel.closed) throw channel.closedBy ?? new StoreUnavailableError(`${this.label}: keepalive stream ended`);
       return new Promise<number>((resolve, reject) => {
-        let done = false;
-        const finish = (fn: () => void): void => {
-          if (done) return;
-          done = true;
+        const key = leaseKey(id);
+        let cancelTimer = (): void => {};
+        const waiter = (answer: number | Error): void => {
           cancelTimer();
-          try {
-            stream.cancel();
-          } catch {
-            // already closed
-          }
-          fn();
+          if (answer instanceof Error) reject(answer);
+          else resolve(answer);
         };
-        const cancelTimer = this.clock.setTimer(this.requestTimeoutMs, () =>
-          finish(() => reject(new StoreUnavailableError(`${this.label}: no keepalive answer within ${this.requestTimeoutMs} ms`))),
+        const queue = channel.waiting.get(key) ?? [];
+        channel.waiting.set(key, queue);
+        queue.push(waiter);
+        cancelTimer = this.clock.setTimer(this.requestTimeoutMs, () =>
+          this.closeKeepAlives(channel, new StoreUnavailableError(`${this.label}: no keepalive answer within ${this.requestTimeoutMs} ms`)),
         );
-        stream.on('data', (res: RPC.ILeaseKeepAliveResponse) => {
-          if (res.header?.revision) this.lastRevision = Math.max(this.lastRevision, Number(res.header.revision));
-          finish(() => resolve(Math.max(0, Number(res.TTL))));
-        });
-        stream.on('error', (err: Error) => finish(() => reject(err)));
-        stream.on('end', () => finish(() => reject(new StoreUnavailableError(`${this.label}: keepalive stream ended`))));
-        stream.write({ ID: id });
+        channel.stream.write({ ID: id });
       });
     });
+  }
+
+  private keepAliveChannel(): Promise<KeepAliveChannel> {
+    if (this.keepAlives) return this.keepAlives;
+    let opening: Promise<KeepAliveChannel> | null = null;
+    opening = (async (): Promise<KeepAliveChannel> => {
+      const stream = await this.client.leaseClient.leaseKeepAlive();
+      const channel: KeepAliveChannel = { stream, waiting: new Map(), closed: false, closedBy: null };
+      stream.on('data', (res: RPC.ILeaseKeepAliveResponse) => {
+        if (res.header?.revision) this.lastRevision = Math.max(this.lastRevision, Number(res.header.revision));
+        const key = leaseKey(String(res.ID));
+        const queue = channel.waiting.get(key);
+        const waiter = queue?.shift();
+        if (queue && queue.length === 0) channel.waiting.delete(key);
+        waiter?.(Math.max(0, Number(res.TTL)));
+      });
+      stream.on('error', (err: Error) => this.closeKeepAlives(channel, this.translate('lease keepalive', err)));
+      stream.on('end', () => this.closeKeepAlives(channel, new StoreUnavailableError(`${this.label}: keepalive stream ended`)));
+      if (this.keepAlives === opening) this.keepAliveOpen = channel;
+      if (this.closed) this.closeKeepAlives(channel, new ClosedError(`${this.label} store`));
+      return channel;
+    })();
+    const mine = opening;
+    this.keepAlives = mine;
+    mine.catch(() => {
+      if (this.keepAlives === mine) this.keepAlives = null;
+    });
+    return mine;
+  }
+
+  /** Close a keepalive stream and fail everyone waiting on it; the next keepalive opens another. */
+  private closeKeepAlives(channel: KeepAliveChannel, reason: Error): void {
+    if (channel.closed) return;
+    channel.closed = true;
+    channel.closedBy = reason;
+    if (this.keepAliveOpen === channel) {
+      this.keepAliveOpen = null;
+      this.keepAlives = null;
+    }
+    // Half-close, then cancel: a cancel() while the stream is still writable makes it emit
+    // CANCELLED, which the etcd3 client takes for a failed host and answers by closing every
+    // channel to that host (watches included).
+    try {
+      channel.stream.end();
+      channel.stream.cancel();
+    } catch {
+      // already closed
+    }
+    const waiting = [...channel.waiting.values()].flat();
+    channel.waiting.clear();
+    for (const w of waiting) w(reason);
   }
 
   /** Revoke a lease (deleting its keys); a lease etcd no longer has is already gone. */
@@ -185,6 +254,7 @@ export class EtcdConnection {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    void this.keepAlives?.then((c) => this.closeKeepAlives(c, new ClosedError(`${this.label} store`)), () => {});
     if (this.ownsClient) this.client.close();
   }
 }

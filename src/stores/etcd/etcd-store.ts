@@ -15,7 +15,8 @@
  *   lease, so a late keepalive cannot resurrect a holder.
  * - Terms are a per-name counter (`\0tenure/term/N`) bumped in the same txn that puts the
  *   holder's key, guarded by "no key under N/ changed since my read" (a range compare on mod
- *   revision) and "the counter did not move" (safety rule 4).
+ *   revision) and "the counter did not move" (safety rule 4); or, with no read first, by "no
+ *   key under N/ at all" and "the counter still holds the term last seen" (see `acquire`).
  * - Fencing (`appendFenced`) is one txn: the fence key's mod revision and the entry slot are
  *   compared, the fence raised and the entry put together (safety rule 5).
  * - Release and renew compare the holder key's create revision, so they only ever touch the
@@ -52,8 +53,8 @@ import type {
 } from '../../core/index.js';
 import { CandidateWatch } from './candidate-watch.js';
 import { EtcdConnection, ttlSecondsFor } from './connection.js';
-import type { EtcdConnectionOptions } from './connection.js';
-import type { Etcd3, IKeyValue, IRequestOp } from './driver.js';
+import type { EtcdConnectionOptions, GrantedLease, TxnResponse } from './connection.js';
+import type { Etcd3, ICompare, IKeyValue, IRequestOp } from './driver.js';
 import { decodeValue, encodeValue, leaseIdHex, prefixEnd } from './keys.js';
 import type { TenureValue } from './keys.js';
 
@@ -88,12 +89,47 @@ interface Watched {
   last: string | null;
 }
 
+/** The key this process put for a lease it acquired: what `release` needs to delete it in one txn. */
+interface HeldKey {
+  readonly owner: string;
+  readonly term: number;
+  readonly key: Buffer;
+  readonly createRevision: string;
+}
+
+/**
+ * An etcd lease granted ahead of need for a candidate that is waiting (it lost an acquire and
+ * watches the name), kept alive every third of its TTL as Go keeps a waiting candidate's session
+ * alive, so that the acquire after a release needs no LeaseGrant round trip. No key is attached
+ * to it until an acquire puts one.
+ */
+interface Spare {
+  readonly requestedSeconds: number;
+  lease: GrantedLease | null;
+  /** Send time of the grant or of the last keepalive etcd answered, and the TTL it reset to. */
+  aliveSince: number;
+  ttlSeconds: number;
+  cancelTimer: () => void;
+  /** Taken by an acquire or dropped: timers and late answers leave it alone. */
+  done: boolean;
+}
+
+/** A spare is used only with at least this much of its TTL left, so the keepalive sent with the acquire surely finds it alive. */
+const SPARE_MARGIN_MS = 500;
+
 export class EtcdStore implements Store {
   readonly kind = 'etcd';
   readonly connection: EtcdConnection;
   private readonly own = new Map<string, OwnLease>();
   private readonly watched = new Map<string, Watched>();
   private readonly appendQueues = new Map<string, Promise<unknown>>();
+  private readonly held = new Map<string, HeldKey>();
+  private readonly spares = new Map<string, Spare>();
+  /**
+   * The last term this process saw issued per name (from a read, its own acquire, or a watch
+   * event of a tenure holder). Never above etcd's counter; a guess the acquire txn checks.
+   */
+  private readonly termHints = new Map<string, number>();
 
   /** Give your own etcd3 client (`{ client }`) or members (`{ hosts: ['127.0.0.1:2379'] }`). */
   constructor(options: EtcdStoreOptions) {
@@ -111,36 +147,96 @@ export class EtcdStore implements Store {
     checkTtl('ttlMs', ttlMs);
     const metaValue = decodeMeta(encodeMeta('meta', meta));
     const conn = this.connection;
+    const seconds = ttlSecondsFor(ttlMs);
+    const prefix = conn.layout.candidates(name);
+    const termKey = conn.layout.term(name);
+    // Without a fresh read: when the watch says the name is free and a spare lease is ready, one
+    // txn both tries the take-over and, should it fail, reads the name (its failure branch).
+    let snap: NameSnapshot | null = null;
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      const snap = await this.snapshot(name);
-      const holder = snap.candidates[0];
-      if (holder) {
-        if (holder.value?.owner !== owner) return { acquired: false, lease: await this.describe(name, holder, snap.term) };
-        const lease = await this.extend(name, holder, ttlMs, metaValue);
-        if (lease) return { acquired: true, lease };
-        continue; // our key went away between the read and the keepalive: decide again
+      const hint = this.termHints.get(name);
+      const blind = snap === null && hint !== undefined && this.looksFree(name) && this.hasSpare(name, seconds);
+      if (!blind && snap === null) snap = await this.snapshot(name);
+      if (snap) {
+        const holder = snap.candidates[0];
+        if (holder) {
+          if (holder.value?.owner !== owner) {
+            this.prepareSpare(name, seconds);
+            return { acquired: false, lease: await this.describe(name, holder, snap.term) };
+          }
+          const lease = await this.extend(name, holder, ttlMs, metaValue);
+          if (lease) return { acquired: true, lease };
+          snap = null;
+          continue; // our key went away between the read and the keepalive: decide again
+        }
       }
-      const granted = await conn.grant(ttlSecondsFor(ttlMs));
-      const term = snap.term + 1;
-      const prefix = conn.layout.candidates(name);
-      const termKey = conn.layout.term(name);
-      const res = await conn.txn(
-        `acquire ${name}`,
-        [
-          // No candidate key under N/ was created, changed or deleted since the read.
-          { key: rangeStart(prefix), range_end: prefixEnd(prefix), target: 'Mod', result: 'Less', mod_revision: snap.revision + 1 },
-          { key: termKey, target: 'Mod', result: 'Equal', mod_revision: snap.termModRevision },
-        ],
-        [
-          { request_put: { key: conn.layout.candidate(name, granted.id), value: encodeValue({ owner, term, ttlMs, meta: metaValue }), lease: granted.id } },
-          { request_put: { key: termKey, value: Buffer.from(String(term)) } },
-        ],
+      const lastTerm = snap ? snap.term : hint!;
+      const term = lastTerm + 1;
+      const compare: ICompare[] = snap
+        ? [
+            // No candidate key under N/ was created, changed or deleted since the read.
+            { key: rangeStart(prefix), range_end: prefixEnd(prefix), target: 'Mod', result: 'Less', mod_revision: snap.revision + 1 },
+            { key: termKey, target: 'Mod', result: 'Equal', mod_revision: snap.termModRevision },
+          ]
+        : [
+            // No key at all under N/ (an empty range compares as create revision 0)...
+            { key: rangeStart(prefix), range_end: prefixEnd(prefix), target: 'Create', result: 'Equal', create_revision: 0 },
+            // ...and the counter still says the term we last saw (it only ever goes up).
+            lastTerm > 0
+              ? { key: termKey, target: 'Value', result: 'Equal', value: Buffer.from(String(lastTerm)) }
+              : { key: termKey, target: 'Mod', result: 'Equal', mod_revision: 0 },
+          ];
+      // A spare lease is renewed by a keepalive sent with the txn (so etcd's expiry is at least
+      // this call's start + TTL, safety rule 2); otherwise a new lease is granted first.
+      const spare = this.takeSpare(name, seconds);
+      const granted = spare ?? (await conn.grant(seconds));
+      const sent = settle(
+        conn.txn(
+          `acquire ${name}`,
+          compare,
+          [
+            { request_put: { key: conn.layout.candidate(name, granted.id), value: encodeValue({ owner, term, ttlMs, meta: metaValue }), lease: granted.id } },
+            { request_put: { key: termKey, value: Buffer.from(String(term)) } },
+          ],
+          this.snapshotOps(name),
+        ),
       );
+      const keepAliveSentAt = conn.clock.now();
+      const keptAlive = spare ? settle(conn.keepAliveOnce(spare.id)) : null;
+      const outcome = await sent;
+      if ('error' in outcome) {
+        await keptAlive; // the outcome is unknown: the lease may now hold our key, so it is not reused
+        throw outcome.error;
+      }
+      const res = outcome.value;
+      let ttlSeconds = granted.ttlSeconds;
+      let sentAt = granted.sentAt;
+      if (keptAlive) {
+        const ka = await keptAlive;
+        if (!res.succeeded) {
+          if ('value' in ka && ka.value > 0) this.restoreSpare(name, seconds, granted, keepAliveSentAt, ka.value);
+          else if ('value' in ka) void conn.revoke(granted.id).catch(() => {});
+        } else if ('error' in ka) {
+          // Put, but its lease may run out before this call's deadline: not a win (rule 3).
+          this.noteHeld(name, owner, term, conn.layout.candidate(name, granted.id), res.header.revision);
+          throw conn.translate(`acquire ${name} (lease keepalive)`, ka.error);
+        } else if (ka.value === 0) {
+          snap = null; // the spare ran out before its keepalive: etcd deletes the key we put
+          continue;
+        } else {
+          ttlSeconds = ka.value;
+          sentAt = keepAliveSentAt;
+        }
+      } else if (!res.succeeded) {
+        this.restoreSpare(name, seconds, granted, granted.sentAt, granted.ttlSeconds);
+      }
       if (res.succeeded) {
-        this.own.set(granted.id, { ttlSeconds: granted.ttlSeconds, sentAt: granted.sentAt });
+        this.own.set(granted.id, { ttlSeconds, sentAt });
+        this.noteHeld(name, owner, term, conn.layout.candidate(name, granted.id), res.header.revision);
+        this.noteTerm(name, term);
         return { acquired: true, lease: { name, owner, term, meta: metaValue, ttlMs, remainingMs: this.remainingOf(granted.id) } };
       }
-      void conn.revoke(granted.id).catch(() => {});
+      snap = this.parseSnapshot(name, res);
     }
     throw new StoreUnavailableError(`${conn.label}: acquire of ${name} gave up after ${MAX_ATTEMPTS} conflicting attempts`);
   }
@@ -164,17 +260,34 @@ export class EtcdStore implements Store {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTerm('term', term);
+    const conn = this.connection;
+    // The key this process put for (owner, term), if it did: one txn deletes it, compared on its
+    // create revision, which names that put alone (owner and term never change on a key).
+    const held = this.held.get(name);
+    if (held && held.owner === owner && held.term === term) {
+      const res = await conn.txn(
+        `release ${name}`,
+        [{ key: held.key, target: 'Create', result: 'Equal', create_revision: held.createRevision }],
+        [{ request_delete_range: { key: held.key, prev_kv: true } }],
+      );
+      if (this.held.get(name) === held) this.held.delete(name);
+      if (res.succeeded) {
+        const prev = res.responses[0]?.response_delete_range?.prev_kvs?.[0];
+        if (prev) this.dropLease(prev.lease);
+        return true;
+      }
+      // Gone already (expired, or released by a call that timed out): read to be sure.
+    }
     const snap = await this.snapshot(name);
     const mine = snap.candidates.find((c) => c.value?.owner === owner && c.value.term === term);
     if (!mine) return false;
-    const res = await this.connection.txn(
+    const res = await conn.txn(
       `release ${name}`,
       [{ key: mine.kv.key, target: 'Create', result: 'Equal', create_revision: mine.kv.create_revision }],
       [{ request_delete_range: { key: mine.kv.key } }],
     );
     if (!res.succeeded) return false;
-    this.own.delete(mine.kv.lease);
-    void this.connection.revoke(mine.kv.lease).catch(() => {}); // only our key was on it
+    this.dropLease(mine.kv.lease);
     return true;
   }
 
@@ -268,6 +381,7 @@ export class EtcdStore implements Store {
       if (entry.listeners.size === 0 && this.watched.get(name) === entry) {
         this.watched.delete(name);
         entry.watch.stop();
+        this.dropSpare(name);
       }
     };
   }
@@ -275,6 +389,7 @@ export class EtcdStore implements Store {
   close(): Promise<void> {
     for (const w of this.watched.values()) w.watch.stop();
     this.watched.clear();
+    for (const name of [...this.spares.keys()]) this.dropSpare(name);
     this.connection.close();
     return Promise.resolve();
   }
@@ -283,22 +398,141 @@ export class EtcdStore implements Store {
 
   /** The candidates of `name` and its term counter, read at one revision. */
   private async snapshot(name: string): Promise<NameSnapshot> {
+    return this.parseSnapshot(name, await this.connection.txn(`read ${name}`, [], this.snapshotOps(name)));
+  }
+
+  private snapshotOps(name: string): IRequestOp[] {
     const layout = this.connection.layout;
     const prefix = layout.candidates(name);
-    const res = await this.connection.txn(`read ${name}`, [], [
+    return [
       { request_range: { key: prefix, range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' } },
       { request_range: { key: layout.term(name) } },
-    ]);
+    ];
+  }
+
+  /** A snapshot from the answer to `snapshotOps` (run alone, or as the failure branch of a txn). */
+  private parseSnapshot(name: string, res: TxnResponse): NameSnapshot {
+    const layout = this.connection.layout;
     const candidates = rangeKvs(res.responses[0])
       .filter((kv) => kv.lease !== '0' && layout.nameOf(kv.key) === name)
       .map((kv) => ({ kv, value: decodeValue(kv.value) }));
     const termKv = rangeKvs(res.responses[1])[0];
+    const term = termKv ? Number(termKv.value.toString()) : 0;
+    this.termHints.set(name, term);
     return {
       revision: Number(res.header.revision),
       candidates,
-      term: termKv ? Number(termKv.value.toString()) : 0,
+      term,
       termModRevision: termKv ? Number(termKv.mod_revision) : 0,
     };
+  }
+
+  private noteTerm(name: string, term: number): void {
+    if (term > (this.termHints.get(name) ?? -1)) this.termHints.set(name, term);
+  }
+
+  private noteHeld(name: string, owner: string, term: number, key: Buffer, createRevision: string): void {
+    this.held.set(name, { owner, term, key, createRevision });
+  }
+
+  /** Forget and revoke the lease of a key we deleted (only that key was on it). */
+  private dropLease(leaseId: string): void {
+    this.own.delete(leaseId);
+    void this.connection.revoke(leaseId).catch(() => {});
+  }
+
+  /** The watch on `name` is running and reports no holder. */
+  private looksFree(name: string): boolean {
+    const w = this.watched.get(name);
+    return w !== undefined && w.last === null;
+  }
+
+  private hasSpare(name: string, seconds: number): boolean {
+    const spare = this.spares.get(name);
+    return spare !== undefined && spare.lease !== null && spare.requestedSeconds === seconds;
+  }
+
+  /** Grant a spare lease for a candidate of `name` that waits on a watch (see Spare). */
+  private prepareSpare(name: string, seconds: number): void {
+    if (!this.watched.has(name) || this.connection.isClosed) return;
+    const have = this.spares.get(name);
+    if (have?.requestedSeconds === seconds) return;
+    if (have) this.dropSpare(name);
+    const spare: Spare = { requestedSeconds: seconds, lease: null, aliveSince: 0, ttlSeconds: 0, cancelTimer: () => {}, done: false };
+    this.spares.set(name, spare);
+    this.connection.grant(seconds).then(
+      (granted) => {
+        if (spare.done) {
+          void this.connection.revoke(granted.id).catch(() => {});
+          return;
+        }
+        spare.lease = granted;
+        spare.aliveSince = granted.sentAt;
+        spare.ttlSeconds = granted.ttlSeconds;
+        this.keepSpareAlive(name, spare);
+      },
+      () => {
+        if (this.spares.get(name) === spare) this.spares.delete(name);
+        spare.done = true;
+      },
+    );
+  }
+
+  /** Put a lease back as the spare of `name` (an acquire that used it lost the race). */
+  private restoreSpare(name: string, seconds: number, lease: GrantedLease, aliveSince: number, ttlSeconds: number): void {
+    if (this.spares.has(name) || !this.watched.has(name) || this.connection.isClosed) {
+      void this.connection.revoke(lease.id).catch(() => {});
+      return;
+    }
+    const spare: Spare = { requestedSeconds: seconds, lease, aliveSince, ttlSeconds, cancelTimer: () => {}, done: false };
+    this.spares.set(name, spare);
+    this.keepSpareAlive(name, spare);
+  }
+
+  private keepSpareAlive(name: string, spare: Spare): void {
+    const conn = this.connection;
+    spare.cancelTimer = conn.clock.setTimer(Math.max(100, (spare.ttlSeconds * 1000) / 3), () => {
+      if (spare.done || !spare.lease) return;
+      const sentAt = conn.clock.now();
+      conn.keepAliveOnce(spare.lease.id).then(
+        (ttlSeconds) => {
+          if (spare.done) return;
+          if (ttlSeconds === 0) {
+            this.dropSpare(name);
+            return;
+          }
+          spare.aliveSince = sentAt;
+          spare.ttlSeconds = ttlSeconds;
+          this.keepSpareAlive(name, spare);
+        },
+        () => {
+          if (!spare.done) this.keepSpareAlive(name, spare);
+        },
+      );
+    });
+  }
+
+  /** The spare lease of `name` for this TTL, if it has enough time left; it is the caller's from then on. */
+  private takeSpare(name: string, seconds: number): GrantedLease | null {
+    const spare = this.spares.get(name);
+    if (!spare?.lease || spare.requestedSeconds !== seconds) return null;
+    this.spares.delete(name);
+    spare.done = true;
+    spare.cancelTimer();
+    if (this.connection.clock.now() - spare.aliveSince > spare.ttlSeconds * 1000 - SPARE_MARGIN_MS) {
+      void this.connection.revoke(spare.lease.id).catch(() => {});
+      return null;
+    }
+    return spare.lease;
+  }
+
+  private dropSpare(name: string): void {
+    const spare = this.spares.get(name);
+    if (!spare) return;
+    this.spares.delete(name);
+    spare.done = true;
+    spare.cancelTimer();
+    if (spare.lease) void this.connection.revoke(spare.lease.id).catch(() => {});
   }
 
   /**
@@ -327,6 +561,7 @@ export class EtcdStore implements Store {
       const ops: IRequestOp[] = changed ? [{ request_put: { key: holder.kv.key, value: next, lease: leaseId } }] : [];
       const res = await conn.txn(`renew ${name}`, [sameKey], ops);
       if (!res.succeeded) return null;
+      this.noteHeld(name, value.owner, value.term, holder.kv.key, holder.kv.create_revision);
       return this.leaseOf(name, value.owner, value.term, ttlMs, meta, leaseId);
     }
     // etcd cannot lengthen a lease: move the key (and so its create revision and its place) to a
@@ -343,6 +578,7 @@ export class EtcdStore implements Store {
       return null;
     }
     this.own.set(granted.id, { ttlSeconds: granted.ttlSeconds, sentAt: granted.sentAt });
+    this.noteHeld(name, value.owner, value.term, holder.kv.key, holder.kv.create_revision);
     this.own.delete(leaseId);
     void conn.revoke(leaseId).catch(() => {});
     return this.leaseOf(name, value.owner, value.term, ttlMs, meta, granted.id);
@@ -388,6 +624,7 @@ export class EtcdStore implements Store {
     let lease: Lease | null = null;
     if (kv) {
       const value = decodeValue(kv.value);
+      if (value) this.noteTerm(name, value.term);
       lease = value
         ? { name, owner: value.owner, term: value.term, meta: value.meta, ttlMs: value.ttlMs, remainingMs: this.own.has(kv.lease) ? this.remainingOf(kv.lease) : value.ttlMs }
         : { name, owner: foreignOwner(kv.lease), term: 0, meta: { value: kv.value.toString() }, ttlMs: 0, remainingMs: 0 };
@@ -445,6 +682,14 @@ export class EtcdStore implements Store {
     }
     throw new StoreUnavailableError(`${conn.label}: append to ${stream} gave up after ${MAX_ATTEMPTS} conflicting attempts`);
   }
+}
+
+/** A promise's outcome as a value, so that it can be awaited later without an unhandled rejection. */
+function settle<T>(p: Promise<T>): Promise<{ value: T } | { error: unknown }> {
+  return p.then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
 }
 
 function foreignOwner(leaseId: string): string {

@@ -123,3 +123,26 @@ export function parseDuration(field: string, text: string): number {
   if (!Number.isSafeInteger(ms)) throw new InvalidArgumentError(field, `duration too large: '${text}'`);
   return ms;
 }
+
+/**
+ * An SQL identifier the SQL stores may quote into a statement (a table or column name, never
+ * user data): a letter or underscore, then letters, digits, `_` or `$`, at most `maxLength`
+ * characters (PostgreSQL 63, MySQL 64).
+ */
+export function checkSqlIdentifier(field: string, value: unknown, maxLength: number): string {
+  const re = new RegExp(`^[A-Za-z_][A-Za-z0-9_$]{0,${maxLength - 1}}$`);
+  if (typeof value !== 'string' || !re.test(value)) {
+    throw new InvalidArgumentError(field, `expected an SQL identifier matching ${re.source}, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+const TABLE_PREFIX = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
+
+/** A table prefix for the SQL stores: letters, digits and underscores, not starting with a digit, <= 40 chars. */
+export function checkTablePrefix(value: unknown): string {
+  if (typeof value !== 'string' || !TABLE_PREFIX.test(value)) {
+    throw new InvalidArgumentError('tablePrefix', `expected an SQL identifier prefix matching ${TABLE_PREFIX.source}, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}

@@ -6,7 +6,7 @@
  *
  * The row count relies on mysql2's default FOUND_ROWS flag (matched rows, not changed rows).
  */
-import { InvalidArgumentError, StaleTermError, checkToken } from '../../core/index.js';
+import { InvalidArgumentError, StaleTermError, checkSqlIdentifier, checkToken } from '../../core/index.js';
 import type { FencingToken } from '../../core/index.js';
 import type { MysqlExecutor, MysqlValue } from './driver.js';
 import { ident } from './sql.js';
@@ -27,13 +27,8 @@ export interface FencedUpdateResult {
   readonly updated: number;
 }
 
-const IDENT = /^[A-Za-z_][A-Za-z0-9_$]{0,63}$/;
-
 function checkIdent(field: string, value: string): string {
-  if (typeof value !== 'string' || !IDENT.test(value)) {
-    throw new InvalidArgumentError(field, `expected an SQL identifier matching ${IDENT.source}, got ${JSON.stringify(value)}`);
-  }
-  return value;
+  return checkSqlIdentifier(field, value, 64);
 }
 
 function tableName(table: string): string {

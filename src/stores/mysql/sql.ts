@@ -7,7 +7,7 @@
  * Names are VARBINARY: compared byte for byte, with no trailing-space padding and no collation,
  * so `a` and `a ` are different leases, and `%`/`_` are plain characters.
  */
-import { InvalidArgumentError } from '../../core/index.js';
+import { checkTablePrefix } from '../../core/index.js';
 
 /**
  * 1: the four tables.
@@ -17,15 +17,8 @@ import { InvalidArgumentError } from '../../core/index.js';
  */
 export const SCHEMA_VERSION = 2;
 
-const PREFIX = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
-
 /** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
-export function checkPrefix(prefix: unknown): string {
-  if (typeof prefix !== 'string' || !PREFIX.test(prefix)) {
-    throw new InvalidArgumentError('tablePrefix', `expected an SQL identifier prefix matching ${PREFIX.source}, got ${JSON.stringify(prefix)}`);
-  }
-  return prefix;
-}
+export const checkPrefix = checkTablePrefix;
 
 /** Quote a validated identifier. */
 export function ident(name: string): string {

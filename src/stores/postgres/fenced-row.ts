@@ -4,7 +4,7 @@
  * records the token's term, in the SAME statement (safety rule 5). A stale writer's update
  * matches no row, and is reported as StaleTermError.
  */
-import { InvalidArgumentError, StaleTermError, checkToken } from '../../core/index.js';
+import { InvalidArgumentError, StaleTermError, checkSqlIdentifier, checkToken } from '../../core/index.js';
 import type { FencingToken } from '../../core/index.js';
 import type { PgQueryable } from './driver.js';
 import { ident } from './sql.js';
@@ -25,13 +25,8 @@ export interface FencedUpdateResult {
   readonly updated: number;
 }
 
-const IDENT = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
-
-export function checkIdent(field: string, value: string): string {
-  if (typeof value !== 'string' || !IDENT.test(value)) {
-    throw new InvalidArgumentError(field, `expected an SQL identifier matching ${IDENT.source}, got ${JSON.stringify(value)}`);
-  }
-  return value;
+function checkIdent(field: string, value: string): string {
+  return checkSqlIdentifier(field, value, 63);
 }
 
 function tableName(table: string): string {

@@ -4,7 +4,7 @@
  * Time is always the server's: `now()` is the start of the statement's transaction, and every
  * statement here runs in its own short transaction, so one statement sees one instant.
  */
-import { InvalidArgumentError } from '../../core/index.js';
+import { checkTablePrefix } from '../../core/index.js';
 
 /**
  * 1: tables and a NOTIFY trigger whose payload is the lease name.
@@ -16,15 +16,8 @@ export const SCHEMA_VERSION = 2;
 /** Payloads longer than this (a large meta) carry only the name; the watcher then reads the row. */
 export const NOTIFY_MAX_BYTES = 7900;
 
-const PREFIX = /^[A-Za-z_][A-Za-z0-9_]{0,39}$/;
-
 /** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
-export function checkPrefix(prefix: unknown): string {
-  if (typeof prefix !== 'string' || !PREFIX.test(prefix)) {
-    throw new InvalidArgumentError('tablePrefix', `expected an SQL identifier prefix matching ${PREFIX.source}, got ${JSON.stringify(prefix)}`);
-  }
-  return prefix;
-}
+export const checkPrefix = checkTablePrefix;
 
 /** Quote a validated identifier. */
 export function ident(name: string): string {

@@ -3,7 +3,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, StaleTermError, ClosedError } from '../../src/core/index.js';
-import type { Lease, Store } from '../../src/core/index.js';
+import type { FencingToken, Lease, Store } from '../../src/core/index.js';
 import type { Backend } from './backends.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -216,6 +216,17 @@ export function storeContract(backend: Backend): void {
         expect(entries.length).toBe(outcomes.filter((o) => o === 'ok').length);
         for (let i = 1; i < entries.length; i++) expect(entries[i]!.term).toBeGreaterThanOrEqual(entries[i - 1]!.term);
         expect(entries.filter((e) => e.term === 2)).toHaveLength(40);
+      });
+
+      it('numbers concurrent appends to one stream under different leases 1..n, each seq once', async () => {
+        const tokens: FencingToken[] = [];
+        for (const lease of ['p', 'q', 'r']) tokens.push({ lease, term: (await store.acquire(lease, `${lease}~1`, 5000)).lease.term });
+        const seqs = await Promise.all(Array.from({ length: 30 }, (_, i) => store.appendFenced(tokens[i % 3]!, 'shared', `e${i}`)));
+        expect([...seqs].sort((a, b) => a - b)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+        const entries = await store.readStream('shared');
+        expect(entries.map((e) => e.seq)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+        // Each call's seq names the entry it wrote.
+        for (const [i, seq] of seqs.entries()) expect(entries[seq - 1]!.payload).toBe(`e${i}`);
       });
 
       it('reads after a sequence number, with a limit', async () => {

@@ -1,19 +1,26 @@
 /**
  * MySQL/MariaDB store beyond the contract suite, against the real server: failures (server down
  * at start, a stalled statement), the user's own pool, table prefixes, names that differ only in
- * trailing spaces, the polling watch, fenced rows on a user's table, and a 10,000-lease renewal.
+ * trailing spaces, the polling watch, fenced rows on a user's table, a 10,000-lease renewal, and a
+ * private server killed (-9) and restarted under a leader.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import mysql from 'mysql2/promise';
-import { InvalidArgumentError, StaleTermError, StoreUnavailableError } from '../../src/core/index.js';
+import { InvalidArgumentError, SeededRandom, StaleTermError, StoreUnavailableError } from '../../src/core/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
 import { openStore } from '../../src/open.js';
 import { MysqlStore, fencedUpdate } from '../../src/stores/mysql/index.js';
 import type { MysqlPool } from '../../src/stores/mysql/index.js';
+import { SCHEMA_VERSION } from '../../src/stores/mysql/sql.js';
 import { freePort } from './pg-instance.js';
 import { createMysqlDatabase } from './sql-servers.js';
 import type { TestDatabase } from './sql-servers.js';
+import { mysqlChaos } from '../chaos/stores/mysql.js';
+import type { ChaosInstance } from '../chaos/stores/types.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -88,7 +95,7 @@ describe('mysql store: on the shared server', () => {
       expect(() => new MysqlStore({ url: db.url, tablePrefix: bad })).toThrow(InvalidArgumentError);
     }
     const [v] = await pool.query("SELECT value FROM app_a_schema WHERE `key` = 'version'");
-    expect(v).toEqual([{ value: '2' }]);
+    expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
   });
 
   it('migrates a version 1 schema (no procedures) in place, keeping its data', async () => {
@@ -105,7 +112,7 @@ describe('mysql store: on the shared server', () => {
     expect((await store.renewMany('a~1', [{ name: 'g', term: token.term }], 60_000))[0]).toMatchObject({ renewed: true });
     expect((await store.readStream('s')).map((e) => e.payload)).toEqual(['one', 'two']);
     const [v] = await pool.query("SELECT value FROM v1_schema WHERE `key` = 'version'");
-    expect(v).toEqual([{ value: '2' }]);
+    expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
     // A stale and an unissued term are still told apart by the procedure's report.
     await store.release('g', 'a~1', token.term);
     const next = await store.acquire('g', 'b~1', 60_000);
@@ -263,5 +270,62 @@ describe('mysql store: on the shared server', () => {
       const [rows] = await pool.query('SELECT state, last_fence_token FROM jobs WHERE id = 1');
       expect(rows).toEqual([{ state: 'by 2', last_fence_token: 2 }]);
     });
+  });
+});
+
+describe.skipIf((mysqlChaos.unavailable?.() ?? null) !== null)('mysql store: server killed and restarted while a node leads', () => {
+  let dir: string | null = null;
+  let inst: ChaosInstance | null = null;
+  afterEach(async () => {
+    await inst?.stop();
+    inst = null;
+    if (dir) rmSync(dir, { recursive: true, force: true });
+    dir = null;
+  });
+
+  it('stops leader work at the local deadline, recovers by itself, and the term never goes back', async () => {
+    dir = mkdtempSync(join(tmpdir(), 'tenure-mysql-restart-'));
+    inst = await mysqlChaos.start({ dir, random: new SeededRandom(1), log: () => {} });
+    const store = new MysqlStore({ url: inst.url(), timeoutMs: 500 });
+    const elector = new LeaderElector({ store, group: 'g', id: 'node', ttlMs: 1000 });
+    const elected: number[] = [];
+    let abortedAt: number | null = null;
+    void elector.runWhileLeader(({ signal, term }) => {
+      elected.push(term);
+      return new Promise<void>((resolve) =>
+        signal.addEventListener('abort', () => {
+          abortedAt ??= performance.now();
+          resolve();
+        }),
+      );
+    });
+    try {
+      await waitFor(() => elector.isLeader, 10_000, 'first election');
+      const first = elector.term!;
+      expect(await store.appendFenced({ lease: 'g', term: first }, 'log', 'before')).toBe(1);
+      await sleep(400); // at least one renewal
+      // kill -9: InnoDB crash recovery must bring back every acknowledged commit (the term, the entry).
+      const downAt = performance.now();
+      const restarted = inst.restart!(1500);
+      await waitFor(() => !elector.isLeader, 3000, 'leadership ends while the server is down');
+      // Leader work stopped no later than one TTL after the server went away (rule 2).
+      expect(abortedAt).not.toBeNull();
+      expect(abortedAt! - downAt).toBeLessThanOrEqual(1000);
+      await restarted;
+      await waitFor(() => elector.isLeader, 20_000, 're-election after the restart');
+      const second = elector.term!;
+      expect(second).toBeGreaterThan(first);
+      expect(elected).toEqual([...elected].sort((a, b) => a - b));
+      // The old term is fenced off; the new one writes after the entry that survived the crash.
+      expect(await store.appendFenced({ lease: 'g', term: second }, 'log', 'after restart')).toBe(2);
+      await expect(store.appendFenced({ lease: 'g', term: first }, 'log', 'stale')).rejects.toBeInstanceOf(StaleTermError);
+      expect((await store.readStream('log')).map((e) => [e.term, e.payload])).toEqual([
+        [first, 'before'],
+        [second, 'after restart'],
+      ]);
+    } finally {
+      await elector.stop();
+      await store.close();
+    }
   });
 });

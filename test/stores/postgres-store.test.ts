@@ -80,6 +80,23 @@ describe('postgres store: on the shared server', () => {
     expect((await pool.query('SELECT count(*)::int AS n FROM own_leases')).rows[0]).toEqual({ n: 1 });
   });
 
+  it('turns synchronous_commit off for the release transaction only, never for the connection', async () => {
+    const one = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const store = open({ pool: one, tablePrefix: 'sync_' });
+      const { lease } = await store.acquire('g', 'a~1', 5000);
+      expect(await store.release('g', 'a~1', lease.term)).toBe(true);
+      expect(await store.read('g')).toBeNull();
+      // The pool's only connection ran the release; the setting must be back to the server's.
+      expect((await one.query('SHOW synchronous_commit')).rows[0]).toEqual({ synchronous_commit: 'on' });
+      // And the next holder's acquire (a durable commit) gets the next term.
+      expect((await store.acquire('g', 'b~1', 5000)).lease.term).toBe(lease.term + 1);
+      await store.close();
+    } finally {
+      await one.end();
+    }
+  });
+
   it('keeps stores with different table prefixes apart and validates the prefix', async () => {
     const a = open({ tablePrefix: 'app_a_' });
     const b = open({ tablePrefix: 'app_b_' });

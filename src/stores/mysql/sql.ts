@@ -14,8 +14,13 @@ import { checkTablePrefix } from '../../core/index.js';
  * 2: adds the stored procedures `<prefix>append` and `<prefix>renew_many`, so that a fenced
  *    append and a batched renewal are each one round trip. Migrating 1 -> 2 creates them; the
  *    tables are unchanged.
+ * 3: a stream's next sequence number is the stream's highest seq + 1, read under lock in the
+ *    statement that writes the entry (the `appendFast` statement, and the procedure for the
+ *    first append of a term). The stream head table is no longer written. Migrating 2 -> 3
+ *    replaces the procedure; the tables are unchanged (a v2 head always equals the stream's
+ *    highest seq, so numbering goes on without a gap). A v2 client refuses a v3 schema.
  */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
 export const checkPrefix = checkTablePrefix;
@@ -45,6 +50,7 @@ export interface MysqlSql {
   readonly readLive: string;
   readonly readAny: string;
   readonly list: string;
+  readonly appendFast: string;
   readonly append: string;
   readonly highest: string;
   readonly readStream: string;
@@ -66,6 +72,7 @@ export function buildSql(prefix: string): MysqlSql {
          name VARBINARY(800) NOT NULL PRIMARY KEY, owner VARBINARY(800) NULL, term BIGINT NOT NULL,
          expires_at DATETIME(6) NOT NULL, ttl_ms INT NOT NULL, meta TEXT NOT NULL) ${TABLE_OPTS}`,
       `CREATE TABLE IF NOT EXISTS ${F} (name VARBINARY(800) NOT NULL PRIMARY KEY, max_term BIGINT NOT NULL) ${TABLE_OPTS}`,
+      // Written by schema v2 only (kept so that the tables of every version are the same).
       `CREATE TABLE IF NOT EXISTS ${H} (stream VARBINARY(800) NOT NULL PRIMARY KEY, last_seq BIGINT NOT NULL) ${TABLE_OPTS}`,
       `CREATE TABLE IF NOT EXISTS ${S} (
          stream VARBINARY(800) NOT NULL, seq BIGINT NOT NULL, lease VARBINARY(800) NOT NULL, term BIGINT NOT NULL,
@@ -74,8 +81,8 @@ export function buildSql(prefix: string): MysqlSql {
       // first: appends under one lease are serialized from there to COMMIT, and no higher term
       // can be accepted meanwhile. A term equal to the highest accepted needs nothing more (it
       // was issued when it was first accepted); a higher one must have been issued, and raises
-      // the fence. Then the stream head is bumped (the new last_seq comes back through
-      // LAST_INSERT_ID(expr)) and the entry written. Any error rolls the whole transaction back
+      // the fence. Then the entry is written at the stream's highest seq + 1 (read FOR UPDATE;
+      // two writers that still collide on a seq get a duplicate key, and the loser is retried). Any error rolls the whole transaction back
       // and is passed on (a deadlock victim is retried by the caller). Reports one row: seq (NULL
       // when refused), highest (the fence after the call), issued (read only when needed).
       `DROP PROCEDURE IF EXISTS ${appendProc}`,
@@ -98,9 +105,7 @@ export function buildSql(prefix: string): MysqlSql {
            END IF;
          END IF;
          IF v_high = p_term THEN
-           INSERT INTO ${H} (stream, last_seq) VALUES (p_stream, LAST_INSERT_ID(1))
-             ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(last_seq + 1);
-           SET v_seq = LAST_INSERT_ID();
+           SELECT COALESCE(MAX(seq), 0) + 1 INTO v_seq FROM ${S} WHERE stream = p_stream FOR UPDATE;
            INSERT INTO ${S} (stream, seq, lease, term, payload) VALUES (p_stream, v_seq, p_lease, p_term, p_payload);
          END IF;
          COMMIT;
@@ -134,6 +139,17 @@ export function buildSql(prefix: string): MysqlSql {
     readAny: `SELECT ${COLS}, (${LIVE}) AS live FROM ${L} WHERE name = ?`,
     // Prefix by bytes: LENGTH is the prefix's UTF-8 length, LEFT on VARBINARY counts bytes.
     list: `SELECT ${COLS} FROM ${L} WHERE ${LIVE} AND LEFT(name, LENGTH(?)) = ? ORDER BY name`,
+    // Fenced append when the token's term is already the fence's (every append but the first of
+    // a term), one statement: the fence row is read with a shared lock only if it holds exactly
+    // that term (a locking read sees the latest commit, and a raise, which locks the row FOR
+    // UPDATE, waits for this statement's transaction), and the entry is written at the stream's
+    // highest seq + 1, which comes back as the insert id through LAST_INSERT_ID(expr). One row
+    // affected means written; none means "not the fast case": CALL the procedure.
+    // (stream, stream, lease, term, payload, lease, term)
+    appendFast: `
+      INSERT INTO ${S} (stream, seq, lease, term, payload)
+      SELECT ?, LAST_INSERT_ID(COALESCE((SELECT MAX(x.seq) FROM ${S} AS x WHERE x.stream = ?), 0) + 1), ?, ?, ?
+      FROM ${F} AS f WHERE f.name = ? AND f.max_term = ? LOCK IN SHARE MODE`,
     // (lease, term, stream, payload)
     append: `CALL ${appendProc}(?, ?, ?, ?)`,
     highest: `SELECT max_term FROM ${F} WHERE name = ?`,

@@ -3,9 +3,11 @@
  *
  * - Expiry is decided by the server's clock (`now()`); the server reports the remaining time
  *   (safety rule 1). The client's wall clock is never sent or compared.
- * - acquire, renew, release, renewMany and appendFenced are each ONE statement (its own short
- *   transaction), the term bumped inside it (rules 4, 6); the fence is checked and raised in the
- *   same statement as the write it guards (rule 5).
+ * - acquire, renew, release and renewMany are each ONE statement (its own short transaction), the
+ *   term bumped inside it (rules 4, 6). appendFenced is one statement under a term the fence
+ *   already holds (the usual case) and a second one only for the first append of a new term or a
+ *   refusal; either way the fence is checked, and raised, in the same statement as the write it
+ *   guards (rule 5).
  * - The schema is created on first use under `pg_advisory_xact_lock`, with a version row.
  * - Push: a trigger NOTIFYs on every change of holder or term, the new state in the payload; one
  *   dedicated connection LISTENs while anything is watched, and reconnects by itself when lost.
@@ -69,7 +71,7 @@ export interface PostgresStoreOptions {
   preparedStatements?: boolean;
 }
 
-type StatementKey = 'acquire' | 'renew' | 'renewMany' | 'release' | 'read' | 'readAny' | 'list' | 'append' | 'highest' | 'readStream';
+type StatementKey = 'acquire' | 'renew' | 'renewMany' | 'release' | 'read' | 'readAny' | 'list' | 'appendFast' | 'append' | 'highest' | 'readStream';
 
 /** What a watcher was last told: the term, and the owner while live. Terms only grow. */
 interface WatchState {
@@ -116,7 +118,7 @@ export class PostgresStore implements Store {
       options.preparedStatements === false
         ? null
         : (Object.fromEntries(
-            (['acquire', 'renew', 'renewMany', 'release', 'read', 'readAny', 'list', 'append', 'highest', 'readStream'] as const).map((k) => [k, `tenure${SCHEMA_VERSION}.${this.tablePrefix}.${k}`]),
+            (['acquire', 'renew', 'renewMany', 'release', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'readStream'] as const).map((k) => [k, `tenure${SCHEMA_VERSION}.${this.tablePrefix}.${k}`]),
           ) as Record<StatementKey, string>);
     if (options.url !== undefined) {
       this.endpoint = endpointOf(options.url);
@@ -218,7 +220,12 @@ export class PostgresStore implements Store {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
-    const r = await this.run('appendFenced', (c) => this.query(c, 'append', [token.lease, token.term, stream, payload]));
+    const values = [token.lease, token.term, stream, payload];
+    // Usually one statement (the term is already the fence's); the first append of a new term, and
+    // a refusal, take a second one that raises the fence or says why not.
+    const fast = await this.run('appendFenced', (c) => this.query(c, 'appendFast', values));
+    if (fast.rows.length > 0) return Number(fast.rows[0]!.seq);
+    const r = await this.run('appendFenced', (c) => this.query(c, 'append', values));
     const row = first(r);
     if (row.seq !== null && row.seq !== undefined) return Number(row.seq);
     const issued = Number(row.issued ?? 0);

@@ -40,6 +40,7 @@ export interface PgSql {
   readonly read: string;
   readonly readAny: string;
   readonly list: string;
+  readonly appendFast: string;
   readonly append: string;
   readonly highest: string;
   readonly readStream: string;
@@ -133,9 +134,15 @@ export function buildSql(prefix: string): PgSql {
       LEFT JOIN u ON u.name = req.name
       LEFT JOIN ${L} AS c ON u.name IS NULL AND c.name = req.name AND ${live('c')}
       ORDER BY req.ord`,
+    // The release commits without waiting for its WAL flush (synchronous_commit off for this
+    // statement's transaction only): it is the handoff's critical path, and losing it in a server
+    // crash is safe — the lease then simply expires at its TTL — while the next holder's acquire,
+    // a normal synchronous commit, flushes the WAL up to and including this release.
     release: `
+      WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true))
       UPDATE ${L} AS l SET owner = NULL, expires_at = now()
-      WHERE l.name = $1 AND l.owner = $2 AND l.term = $3::bigint AND l.expires_at > now()`,
+      WHERE l.name = $1 AND l.owner = $2 AND l.term = $3::bigint AND l.expires_at > now()
+        AND EXISTS (SELECT 1 FROM async_commit)`,
     read: `SELECT ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1 AND ${live('l')}`,
     readAny: `SELECT ${LEASE_COLS}, ${live('l')} AS live, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1`,
     // Prefix by equality on the leading characters, so % and _ in user text are plain characters.
@@ -143,7 +150,20 @@ export function buildSql(prefix: string): PgSql {
       SELECT ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l
       WHERE ${live('l')} AND left(l.name, char_length($1::text)) = $1::text
       ORDER BY l.name COLLATE "C"`,
-    // Fenced append, one statement. $1 lease, $2 term, $3 stream, $4 payload.
+    // Fenced append when the term is already the highest accepted for the lease (every append but
+    // the first of a term), one statement: lock the fence row only if it holds exactly $2 (FOR NO
+    // KEY UPDATE: in READ COMMITTED a concurrent raise is waited for and the condition re-checked
+    // on the row's latest version), so from here to COMMIT no higher term can be accepted; then
+    // bump the stream head and write. No row back means "not the fast case": run `append`.
+    appendFast: `
+      WITH fence AS (SELECT 1 FROM ${F} WHERE name = $1 AND max_term = $2::bigint FOR NO KEY UPDATE),
+      head AS (
+        INSERT INTO ${H} AS h (stream, last_seq) SELECT $3, 1 FROM fence
+        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1
+        RETURNING last_seq)
+      INSERT INTO ${S} (stream, seq, lease, term, payload) SELECT $3, last_seq, $1, $2::bigint, $4 FROM head
+      RETURNING seq`,
+    // Fenced append, the general case, one statement. $1 lease, $2 term, $3 stream, $4 payload.
     // `fence` locks the lease's fence row (FOR NO KEY UPDATE: in READ COMMITTED this waits for a
     // concurrent raise and returns the latest version), so from here to COMMIT no higher term can
     // be accepted. Usually the row already holds $2 and nothing else is needed (no fence write).

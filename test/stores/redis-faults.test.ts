@@ -89,6 +89,33 @@ describe('Redis store under faults', () => {
     server.resume();
   });
 
+  it('answers every one of many calls in flight at once (their writes are coalesced), also right after SCRIPT FLUSH', async () => {
+    const s = store({ keyPrefix: '{many}:' });
+    const names = Array.from({ length: 100 }, (_, i) => `n${i}`);
+    const taken = await Promise.all(names.map((n, i) => s.acquire(n, `o~${i}`, 5000)));
+    expect(taken.map((r) => [r.acquired, r.lease.owner, r.lease.term])).toEqual(names.map((_, i) => [true, `o~${i}`, 1]));
+    const admin = new Redis({ port: server.port });
+    await admin.script('FLUSH');
+    admin.disconnect();
+    const renewed = await Promise.all(names.map((n, i) => s.renew(n, i % 2 === 0 ? `o~${i}` : 'someone-else', 1, 6000)));
+    expect(renewed.map((r) => r.renewed)).toEqual(names.map((_, i) => i % 2 === 0));
+    const released = await Promise.all(names.map((n, i) => s.release(n, `o~${i}`, 1)));
+    expect(released.every(Boolean)).toBe(true);
+    expect(await s.list()).toEqual([]);
+  });
+
+  it('fails every call in flight with StoreUnavailableError after the command timeout while the server is paused', async () => {
+    const s = store({ commandTimeoutMs: 300, keyPrefix: '{paused-many}:' });
+    await s.acquire('warm', 'a~1', 1000); // the acquire script is in the server's cache
+    server.pause();
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => s.acquire(`g${i}`, 'a~1', 1000).catch((e: unknown) => e)));
+    server.resume();
+    for (const r of results) expect(r).toBeInstanceOf(StoreUnavailableError);
+    // "Maybe" meant yes here: the scripts were sent and ran once the server resumed, each once (term 1).
+    const after = await Promise.all(Array.from({ length: 20 }, (_, i) => s.acquire(`g${i}`, 'b~1', 1000)));
+    for (const r of after) expect(r).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: 1 } });
+  });
+
   it('pushes takeover and release to watchers on other connections', async () => {
     const a = store({ keyPrefix: '{push}:' });
     const b = store({ keyPrefix: '{push}:' });

@@ -53,6 +53,11 @@ export class RedisServer {
     return `redis://127.0.0.1:${this.port}`;
   }
 
+  /** The running process's id, if it is running. */
+  get pid(): number | undefined {
+    return this.proc?.pid;
+  }
+
   static async start(): Promise<RedisServer> {
     const server = new RedisServer(await freePort());
     await server.restart();

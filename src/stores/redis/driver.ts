@@ -1,7 +1,7 @@
 /**
  * ioredis, loaded only when a Redis store is opened from a URL (it is an optional peer
- * dependency), and the few client facts the store needs: a printable address and Lua script
- * calls by EVALSHA that reload the script when the server's cache was flushed or restarted.
+ * dependency), and the few client facts the store needs: a printable address and its Lua scripts
+ * with their SHA1 (for EVALSHA).
  */
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
@@ -61,21 +61,10 @@ function hostPort(o: { host?: string | undefined; port?: number | undefined }): 
   return `${o.host ?? 'localhost'}:${o.port ?? 6379}`;
 }
 
-/** A Lua script with its SHA1, run by EVALSHA and re-sent by EVAL after NOSCRIPT. */
+/** A Lua script with its SHA1; the store runs it by EVALSHA and re-sends it by EVAL after NOSCRIPT. */
 export class LuaScript {
   readonly sha: string;
   constructor(readonly name: string, readonly source: string) {
     this.sha = createHash('sha1').update(source).digest('hex');
-  }
-
-  /** One round trip normally; a second one only right after SCRIPT FLUSH or a server restart. */
-  async run(client: RedisClient, keys: readonly string[], args: readonly (string | number | Buffer)[]): Promise<unknown> {
-    try {
-      return await client.evalsha(this.sha, keys.length, ...keys, ...args);
-    } catch (err) {
-      if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
-      // EVAL both runs the script and puts it back in the server's cache for the next EVALSHA.
-      return await client.eval(this.source, keys.length, ...keys, ...args);
-    }
   }
 }

@@ -1,98 +1,124 @@
 /**
  * The Lua scripts of the Redis store. Each store operation is one script, so it is atomic on the
- * server and one round trip. Expiry is the server's own (`PEXPIRE`, safety rule 1) and every
- * lease reply carries `PTTL`, the time left as the server sees it.
+ * server and one round trip. Expiry is the server's own (`SET … PX`, `PEXPIRE`; safety rule 1) and
+ * every lease reply carries the time left as the server sees it.
  *
  * Keys (P is the store's key prefix, `{tenure}:` by default; the braces are a Cluster hash tag so
  * every key of one store lives in one slot and a script may touch several of them):
- *   P lease:NAME   hash {owner, term, ttl, meta} with a TTL — exists only while the lease is live
+ *   P lease:NAME   string `owner \n term \n ttl \n meta` with a TTL — exists only while the lease is live
  *   P term:NAME    integer, no TTL — the last term issued for NAME (survives expiry and release)
  *   P fence:NAME   integer, no TTL — the highest term a fenced write was accepted under
  *   P stream:NAME  Redis stream; entry ids are `SEQ-0`, so the id is the 1-based gap-free seq
  *   P names        sorted set of every lease name ever acquired, for list()
- *   P events:NAME  pub/sub channel: a lease line on takeover, an empty message on release
+ *   P events:NAME  pub/sub channel: the lease value on takeover, an empty message on release
  *
- * Lease replies are {status, term, owner, ttl, pttl, meta}; a missing lease is {status}.
+ * The lease value is one string so that taking, extending and dropping a lease is one command
+ * (`SET … PX`, `PEXPIRE`, `DEL`) instead of a hash write plus an expiry, and so that it can be
+ * published as is. Owners and names never contain control characters (core/validate) and meta is
+ * JSON text (one line), so the newlines split it unambiguously. A holder is recognised by the
+ * value's head `owner \n term \n`, which the client sends: comparing that one string is the
+ * compare-and-set on owner and term (safety rule 6). Terms are written with `%d`, as the client
+ * writes them, so equal terms are equal strings.
+ *
+ * Lease replies are {status, value, pttl}; a missing lease is {status}. Redis freezes the clock
+ * while a script runs, so right after `SET … PX ttl` the time left is exactly ttl and is returned
+ * without asking `PTTL`.
  */
 import { LuaScript } from './driver.js';
-
-/** Publish text for a new holder: owner, term, ttl and meta on lines (meta is JSON, so one line). */
-const PUBLISH_LEASE = `redis.call('PUBLISH', ARGV[5], ARGV[2] .. '\\n' .. term .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4])`;
 
 /**
  * KEYS: lease, term, names. ARGV: name, owner, ttlMs, meta, channel.
  * A free lease goes to owner with the next term (INCR of the term key, which never expires, so a
  * term never repeats while the server keeps its data); a live lease of the same owner is extended
- * with the same term; a live lease of another owner is reported.
+ * with the same term (and the new ttl and meta); a live lease of another owner is reported.
  */
 export const acquireScript = new LuaScript(
   'acquire',
   `
-local f = redis.call('HMGET', KEYS[1], 'owner', 'term', 'ttl', 'meta')
-if f[1] then
-  if f[1] ~= ARGV[2] then
-    return {0, tonumber(f[2]), f[1], tonumber(f[3]), redis.call('PTTL', KEYS[1]), f[4]}
+local v = redis.call('GET', KEYS[1])
+if v then
+  local a = string.find(v, '\\n', 1, true)
+  if string.sub(v, 1, a - 1) ~= ARGV[2] then
+    return {0, v, redis.call('PTTL', KEYS[1])}
   end
-  redis.call('HSET', KEYS[1], 'ttl', ARGV[3], 'meta', ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {1, tonumber(f[2]), f[1], tonumber(ARGV[3]), redis.call('PTTL', KEYS[1]), ARGV[4]}
+  local b = string.find(v, '\\n', a + 1, true)
+  v = string.sub(v, 1, b) .. ARGV[3] .. '\\n' .. ARGV[4]
+  redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+  return {1, v, tonumber(ARGV[3])}
 end
-local term = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'term', term, 'ttl', ARGV[3], 'meta', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+v = ARGV[2] .. '\\n' .. string.format('%d', redis.call('INCR', KEYS[2])) .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4]
+redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
-${PUBLISH_LEASE}
-return {1, term, ARGV[2], tonumber(ARGV[3]), redis.call('PTTL', KEYS[1]), ARGV[4]}
-`,
-);
-
-/** KEYS: lease. ARGV: owner, term, ttlMs. Compare-and-set on owner and term (safety rule 6). */
-export const renewScript = new LuaScript(
-  'renew',
-  `
-local f = redis.call('HMGET', KEYS[1], 'owner', 'term', 'ttl', 'meta')
-if not f[1] then return {0} end
-if f[1] ~= ARGV[1] or tonumber(f[2]) ~= tonumber(ARGV[2]) then
-  return {0, tonumber(f[2]), f[1], tonumber(f[3]), redis.call('PTTL', KEYS[1]), f[4]}
-end
-redis.call('HSET', KEYS[1], 'ttl', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {1, tonumber(f[2]), f[1], tonumber(ARGV[3]), redis.call('PTTL', KEYS[1]), f[4]}
+redis.call('PUBLISH', ARGV[5], v)
+return {1, v, tonumber(ARGV[3])}
 `,
 );
 
 /**
- * KEYS: lease of each item. ARGV: owner, ttlMs, then the term of each item.
- * Renews every lease the owner holds live with the given term; replies one lease reply per item.
+ * KEYS: lease. ARGV: head (`owner \n term \n`), ttlMs. Compare-and-set on owner and term (safety
+ * rule 6): only a live lease whose value starts with head is extended. An unchanged ttl is a bare
+ * PEXPIRE; a new one rewrites the value's ttl field too.
+ */
+export const renewScript = new LuaScript(
+  'renew',
+  `
+local v = redis.call('GET', KEYS[1])
+if not v then return {0} end
+local n = #ARGV[1]
+if string.sub(v, 1, n) ~= ARGV[1] then
+  return {0, v, redis.call('PTTL', KEYS[1])}
+end
+local c = string.find(v, '\\n', n + 1, true)
+if string.sub(v, n + 1, c - 1) == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  v = ARGV[1] .. ARGV[2] .. string.sub(v, c)
+  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
+end
+return {1, v, tonumber(ARGV[2])}
+`,
+);
+
+/**
+ * KEYS: lease of each item. ARGV: ttlMs, then the head (`owner \n term \n`) of each item.
+ * Renews every lease held live with the given head; replies one lease reply per item.
  */
 export const renewManyScript = new LuaScript(
   'renewMany',
   `
 local out = {}
+local ttl = ARGV[1]
 for i, key in ipairs(KEYS) do
-  local f = redis.call('HMGET', key, 'owner', 'term', 'ttl', 'meta')
-  if not f[1] then
+  local v = redis.call('GET', key)
+  local head = ARGV[i + 1]
+  local n = #head
+  if not v then
     out[i] = {0}
-  elseif f[1] == ARGV[1] and tonumber(f[2]) == tonumber(ARGV[i + 2]) then
-    redis.call('HSET', key, 'ttl', ARGV[2])
-    redis.call('PEXPIRE', key, ARGV[2])
-    out[i] = {1, tonumber(f[2]), f[1], tonumber(ARGV[2]), redis.call('PTTL', key), f[4]}
+  elseif string.sub(v, 1, n) == head then
+    local c = string.find(v, '\\n', n + 1, true)
+    if string.sub(v, n + 1, c - 1) == ttl then
+      redis.call('PEXPIRE', key, ttl)
+    else
+      v = head .. ttl .. string.sub(v, c)
+      redis.call('SET', key, v, 'PX', ttl)
+    end
+    out[i] = {1, v, tonumber(ttl)}
   else
-    out[i] = {0, tonumber(f[2]), f[1], tonumber(f[3]), redis.call('PTTL', key), f[4]}
+    out[i] = {0, v, redis.call('PTTL', key)}
   end
 end
 return out
 `,
 );
 
-/** KEYS: lease. ARGV: owner, term, channel. Deletes the live lease iff owner and term match; the term key stays. */
+/** KEYS: lease. ARGV: head (`owner \n term \n`), channel. Deletes the live lease iff owner and term match; the term key stays. */
 export const releaseScript = new LuaScript(
   'release',
   `
-local f = redis.call('HMGET', KEYS[1], 'owner', 'term')
-if f[1] == ARGV[1] and tonumber(f[2]) == tonumber(ARGV[2]) then
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], '')
+  redis.call('PUBLISH', ARGV[2], '')
   return 1
 end
 return 0
@@ -103,15 +129,15 @@ return 0
 export const readScript = new LuaScript(
   'read',
   `
-local f = redis.call('HMGET', KEYS[1], 'owner', 'term', 'ttl', 'meta')
-if not f[1] then return {0} end
-return {1, tonumber(f[2]), f[1], tonumber(f[3]), redis.call('PTTL', KEYS[1]), f[4]}
+local v = redis.call('GET', KEYS[1])
+if not v then return {0} end
+return {1, v, redis.call('PTTL', KEYS[1])}
 `,
 );
 
 /**
  * KEYS: names. ARGV: lex min, lex max, lease key prefix, max names.
- * Flat reply: name, term, owner, ttl, pttl, meta for each live lease, in name (byte) order.
+ * Flat reply: name, value, pttl for each live lease, in name (byte) order.
  */
 export const listScript = new LuaScript(
   'list',
@@ -120,12 +146,11 @@ local names = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[1], ARGV[2], 'LIMIT', 0, t
 local out = {}
 for _, name in ipairs(names) do
   local key = ARGV[3] .. name
-  local f = redis.call('HMGET', key, 'owner', 'term', 'ttl', 'meta')
-  if f[1] then
+  local v = redis.call('GET', key)
+  if v then
     local pttl = redis.call('PTTL', key)
     if pttl > 0 then
-      table.insert(out, name); table.insert(out, tonumber(f[2])); table.insert(out, f[1])
-      table.insert(out, tonumber(f[3])); table.insert(out, pttl); table.insert(out, f[4])
+      table.insert(out, name); table.insert(out, v); table.insert(out, pttl)
     end
   end
 end

@@ -6,7 +6,8 @@
  *    (safety rule 2). A timer fires at that instant and aborts the leader's signal whether or not
  *    the store ever answers; a reply that arrives after it is ignored (safety rule 3).
  *  - A candidate tries again when the holder's lease runs out as the store reported it, or at
- *    once when the store pushes a release (watch), so failover costs about TTL + one round trip.
+ *    once when the store pushes a release or names this node holder (a hand-over), so failover
+ *    costs about TTL + one round trip.
  */
 import {
   NotLeaderError,
@@ -101,6 +102,9 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    */
   private retiredTerm = 0;
   private lastRenewAt: number | null = null;
+  /** An acquire is on its way; a push meanwhile sets `pushedWhileAcquiring` (see tryAgain). */
+  private acquiring = false;
+  private pushedWhileAcquiring = false;
 
   constructor(options: LeaderElectorOptions) {
     super();
@@ -200,13 +204,14 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     }
     this.stopping = true;
     this.stopController.abort();
-    this.unwatch?.();
-    this.unwatch = null;
     const l = this.leadership;
     if (l) await this.endLeadership(l, 'stopped', null);
     this.wake();
     await this.loop;
     if (l) await this.releaseQuietly(l.term);
+    // The watch goes after the release, which is then on its way sooner (a hand-off waits on it).
+    this.unwatch?.();
+    this.unwatch = null;
     this.emit('stopped', {});
   }
 
@@ -233,9 +238,12 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     const sentAt = this.clock.now();
     const pending = this.store.acquire(this.group, this.owner, this.timing.ttlMs, this.meta);
     let result;
+    this.acquiring = true;
+    this.pushedWhileAcquiring = false;
     try {
       result = await this.call('acquire', pending);
     } catch (err) {
+      this.acquiring = false;
       if (this.stopping) {
         // stop() did not wait for this call; if it lands as a win later, give the lease back.
         void pending.then((r) => (r.acquired ? this.releaseQuietly(r.lease.term) : undefined), () => {});
@@ -245,6 +253,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       await this.pause(this.timing.retryMs);
       return;
     }
+    this.acquiring = false;
     if (this.stopping) {
       if (result.acquired) await this.releaseQuietly(result.lease.term);
       return;
@@ -254,7 +263,9 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       this.becomeLeader(result.lease, sentAt);
       return;
     }
-    // Not acquired, or only our retired term back: wait until it lapses (or its release lands).
+    // Not acquired, or only our retired term back: wait until it lapses (or its release lands),
+    // unless the store pushed a release or a hand-over to us while the acquire was on its way.
+    if (this.pushedWhileAcquiring && !(result.acquired && result.lease.term <= this.retiredTerm)) return;
     await this.pause(candidateDelay(result.lease.remainingMs, this.timing, this.random));
   }
 
@@ -363,12 +374,23 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   }
 
   private onPush(lease: Lease | null): void {
-    if (lease && lease.owner === this.owner) return;
+    if (lease && lease.owner === this.owner) {
+      // The store names this node holder without a win of ours (a release handed the lease
+      // over): try now, an acquire of our own live lease confirms it.
+      if (!this.leadership) this.tryAgain();
+      return;
+    }
     if (lease) this.observe(lease);
     else {
       this.observe(null);
-      if (!this.leadership) this.wake();
+      if (!this.leadership) this.tryAgain();
     }
+  }
+
+  /** Campaign again at once: end the pause, or, with an acquire in flight, skip the next one. */
+  private tryAgain(): void {
+    if (this.acquiring) this.pushedWhileAcquiring = true;
+    else this.wake();
   }
 
   private observe(lease: Lease | null): void {

@@ -87,12 +87,16 @@ export class CandidateWatch {
     let disconnected = false;
     watcher.on('data', (res) => {
       if (generation !== this.generation) return;
-      for (const ev of res.events) {
+      const events = res.events;
+      for (let i = 0; i < events.length; i++) {
+        const ev = events[i]!;
         if (Number(ev.kv.mod_revision) <= this.snapshotRevision) continue;
         const id = ev.kv.key.toString('latin1');
         if (ev.type === 'Delete') this.candidates.delete(id);
         else if (this.accept(ev.kv)) this.candidates.set(id, ev.kv);
-        this.report(); // per event, so a release followed at once by a take-over reads as both
+        // Per revision, so a release followed by a take-over reads as both, while a hand-over
+        // (release and take-over in one txn) reads as the new holder only.
+        if (events[i + 1]?.kv.mod_revision !== ev.kv.mod_revision) this.report();
       }
     });
     watcher.on('disconnected', () => {

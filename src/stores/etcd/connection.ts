@@ -177,6 +177,15 @@ export class EtcdConnection {
     });
   }
 
+  /**
+   * Open the keepalive stream ahead of need (a waiting candidate does, so that its first
+   * keepalive, the one that claims a lease handed over to it, finds the stream open).
+   */
+  prepareKeepAlives(): void {
+    if (this.closed) return;
+    void this.keepAliveChannel().catch(() => {});
+  }
+
   private keepAliveChannel(): Promise<KeepAliveChannel> {
     if (this.keepAlives) return this.keepAlives;
     let opening: Promise<KeepAliveChannel> | null = null;

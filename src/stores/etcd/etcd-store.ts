@@ -21,6 +21,10 @@
  *   compared, the fence raised and the entry put together (safety rule 5).
  * - Release and renew compare the holder key's create revision, so they only ever touch the
  *   caller's own key (safety rule 6).
+ * - Hand-over: a tenure candidate waiting on a watch registers in the name's waiting room
+ *   (`\0tenure/wait/N\0<hex>`, outside `N/`, so Go never sees it); a release then gives the
+ *   lease to the oldest waiter in its own txn (next term, the waiter's own lease), and the
+ *   waiter claims it without another commit. A graceful handoff is one commit (`handOver`).
  */
 import { randomBytes } from 'node:crypto';
 import {
@@ -81,12 +85,18 @@ interface NameSnapshot {
 interface OwnLease {
   ttlSeconds: number;
   sentAt: number;
+  /** A spare, granted SPARE_EXTRA_S longer than asked: the first renew moves the key to a lease of the asked TTL. */
+  spare?: boolean;
 }
 
 interface Watched {
   readonly watch: CandidateWatch;
+  /** While this process holds the name: the oldest waiting tenure candidate, for `handOver`. */
+  waiters: CandidateWatch | null;
   readonly listeners: Set<WatchListener>;
   last: string | null;
+  /** The holder key's value as last reported. */
+  lastValue: Buffer | null;
 }
 
 /** The key this process put for a lease it acquired: what `release` needs to delete it in one txn. */
@@ -95,6 +105,22 @@ interface HeldKey {
   readonly term: number;
   readonly key: Buffer;
   readonly createRevision: string;
+  readonly leaseId: string;
+  /**
+   * Put by another process's release, handing the lease over to our spare (see `handOver`), and
+   * not yet confirmed by an acquire of its owner: the next acquire claims it (`claimHandover`).
+   */
+  handedOver: boolean;
+}
+
+/** A waiting tenure candidate as read from the waiting room (`KeyLayout.waiters`). */
+interface Waiter {
+  readonly key: Buffer;
+  readonly modRevision: string;
+  readonly leaseId: string;
+  readonly owner: string;
+  readonly ttlMs: number;
+  readonly meta: LeaseMeta;
 }
 
 /**
@@ -105,6 +131,11 @@ interface HeldKey {
  */
 interface Spare {
   readonly requestedSeconds: number;
+  /** Who waits with it: written to its waiting-room key, so a releasing holder can hand over to it. */
+  readonly owner: string;
+  readonly ttlMs: number;
+  readonly meta: LeaseMeta;
+  /** Set once the lease is granted and its waiting-room key put. */
   lease: GrantedLease | null;
   /** Send time of the grant or of the last keepalive etcd answered, and the TTL it reset to. */
   aliveSince: number;
@@ -117,6 +148,17 @@ interface Spare {
 /** A spare is used only with at least this much of its TTL left, so the keepalive sent with the acquire surely finds it alive. */
 const SPARE_MARGIN_MS = 500;
 
+/**
+ * A spare lease is granted this much longer than the TTL asked for and kept alive every quarter
+ * of its TTL, so that at any moment it has at least the asked TTL left (and CLAIM_SLACK_MS):
+ * a hand-over to it can be claimed with no round trip (see `claimHandover`).
+ */
+const SPARE_EXTRA_S = 1;
+const CLAIM_SLACK_MS = 100;
+
+/** How long after a hand-over the releaser revokes its emptied lease (see `handOver`). */
+const REVOKE_DELAY_MS = 200;
+
 export class EtcdStore implements Store {
   readonly kind = 'etcd';
   readonly connection: EtcdConnection;
@@ -125,6 +167,12 @@ export class EtcdStore implements Store {
   private readonly appendQueues = new Map<string, Promise<unknown>>();
   private readonly held = new Map<string, HeldKey>();
   private readonly spares = new Map<string, Spare>();
+  /** The waiting room of each name as last read (oldest first): whom a release can hand over to. */
+  private readonly waiting = new Map<string, Waiter[]>();
+  /** Spares on their way out of a waiting room (see `retire`): `close` waits for them. */
+  private readonly leaving = new Set<Promise<void>>();
+  /** Revokes of emptied leases not sent yet (see `dropLeaseSoon`). */
+  private readonly revokes = new Set<() => void>();
   /**
    * The last term this process saw issued per name (from a read, its own acquire, or a watch
    * event of a tenure holder). Never above etcd's counter; a guess the acquire txn checks.
@@ -150,6 +198,9 @@ export class EtcdStore implements Store {
     const seconds = ttlSecondsFor(ttlMs);
     const prefix = conn.layout.candidates(name);
     const termKey = conn.layout.term(name);
+    // Handed over by the last holder's release (see `handOver`): claimed with at most one keepalive.
+    const claimed = await this.claimHandover(name, owner, ttlMs, metaValue);
+    if (claimed) return claimed;
     // Without a fresh read: when the watch says the name is free and a spare lease is ready, one
     // txn both tries the take-over and, should it fail, reads the name (its failure branch).
     let snap: NameSnapshot | null = null;
@@ -161,7 +212,7 @@ export class EtcdStore implements Store {
         const holder = snap.candidates[0];
         if (holder) {
           if (holder.value?.owner !== owner) {
-            this.prepareSpare(name, seconds);
+            this.prepareSpare(name, seconds, owner, ttlMs, metaValue);
             return { acquired: false, lease: await this.describe(name, holder, snap.term) };
           }
           const lease = await this.extend(name, holder, ttlMs, metaValue);
@@ -189,20 +240,17 @@ export class EtcdStore implements Store {
       // A spare lease is renewed by a keepalive sent with the txn (so etcd's expiry is at least
       // this call's start + TTL, safety rule 2); otherwise a new lease is granted first.
       const spare = this.takeSpare(name, seconds);
-      const granted = spare ?? (await conn.grant(seconds));
-      const sent = settle(
-        conn.txn(
-          `acquire ${name}`,
-          compare,
-          [
-            { request_put: { key: conn.layout.candidate(name, granted.id), value: encodeValue({ owner, term, ttlMs, meta: metaValue }), lease: granted.id } },
-            { request_put: { key: termKey, value: Buffer.from(String(term)) } },
-          ],
-          this.snapshotOps(name),
-        ),
-      );
+      const granted = spare?.lease ?? (await conn.grant(seconds));
+      const success: IRequestOp[] = [
+        { request_put: { key: conn.layout.candidate(name, granted.id), value: encodeValue({ owner, term, ttlMs, meta: metaValue }), lease: granted.id } },
+        { request_put: { key: termKey, value: Buffer.from(String(term)) } },
+      ];
+      // The spare leaves the waiting room as it takes the lease, so no release hands over to it.
+      if (spare) success.push({ request_delete_range: { key: conn.layout.waiter(name, granted.id) } });
+      success.push(this.waitersOp(name)); // whom our release can hand over to
+      const sent = settle(conn.txn(`acquire ${name}`, compare, success, this.snapshotOps(name)));
       const keepAliveSentAt = conn.clock.now();
-      const keptAlive = spare ? settle(conn.keepAliveOnce(spare.id)) : null;
+      const keptAlive = spare ? settle(conn.keepAliveOnce(granted.id)) : null;
       const outcome = await sent;
       if ('error' in outcome) {
         await keptAlive; // the outcome is unknown: the lease may now hold our key, so it is not reused
@@ -211,14 +259,25 @@ export class EtcdStore implements Store {
       const res = outcome.value;
       let ttlSeconds = granted.ttlSeconds;
       let sentAt = granted.sentAt;
+      if (!res.succeeded) {
+        snap = this.parseSnapshot(name, res);
+        if (spare) {
+          const ka = await keptAlive!;
+          // A release may have handed the name over to this very spare while the txn was on its way.
+          const mine = snap.candidates.find((c) => sameLease(c.kv.lease, granted.id));
+          if (mine?.value && 'value' in ka && ka.value > 0) this.adopt(name, mine.kv, mine.value, granted.id, ka.value, keepAliveSentAt);
+          else if ('value' in ka && ka.value > 0) this.restoreSpare(name, spare, keepAliveSentAt, ka.value);
+          // (no answer: the spare is left to expire; a lease etcd no longer has is gone already)
+        } else {
+          this.keepAsSpare(name, granted, owner, ttlMs, metaValue);
+        }
+        continue;
+      }
       if (keptAlive) {
         const ka = await keptAlive;
-        if (!res.succeeded) {
-          if ('value' in ka && ka.value > 0) this.restoreSpare(name, seconds, granted, keepAliveSentAt, ka.value);
-          else if ('value' in ka) void conn.revoke(granted.id).catch(() => {});
-        } else if ('error' in ka) {
+        if ('error' in ka) {
           // Put, but its lease may run out before this call's deadline: not a win (rule 3).
-          this.noteHeld(name, owner, term, conn.layout.candidate(name, granted.id), res.header.revision);
+          this.noteHeld(name, owner, term, conn.layout.candidate(name, granted.id), res.header.revision, granted.id);
           throw conn.translate(`acquire ${name} (lease keepalive)`, ka.error);
         } else if (ka.value === 0) {
           snap = null; // the spare ran out before its keepalive: etcd deletes the key we put
@@ -227,16 +286,12 @@ export class EtcdStore implements Store {
           ttlSeconds = ka.value;
           sentAt = keepAliveSentAt;
         }
-      } else if (!res.succeeded) {
-        this.restoreSpare(name, seconds, granted, granted.sentAt, granted.ttlSeconds);
       }
-      if (res.succeeded) {
-        this.own.set(granted.id, { ttlSeconds, sentAt });
-        this.noteHeld(name, owner, term, conn.layout.candidate(name, granted.id), res.header.revision);
-        this.noteTerm(name, term);
-        return { acquired: true, lease: { name, owner, term, meta: metaValue, ttlMs, remainingMs: this.remainingOf(granted.id) } };
-      }
-      snap = this.parseSnapshot(name, res);
+      this.own.set(granted.id, { ttlSeconds, sentAt, spare: spare !== null });
+      this.noteHeld(name, owner, term, conn.layout.candidate(name, granted.id), res.header.revision, granted.id);
+      this.noteTerm(name, term);
+      this.noteWaiters(name, rangeKvs(res.responses[res.responses.length - 1]));
+      return { acquired: true, lease: { name, owner, term, meta: metaValue, ttlMs, remainingMs: this.remainingOf(granted.id) } };
     }
     throw new StoreUnavailableError(`${conn.label}: acquire of ${name} gave up after ${MAX_ATTEMPTS} conflicting attempts`);
   }
@@ -265,12 +320,14 @@ export class EtcdStore implements Store {
     // create revision, which names that put alone (owner and term never change on a key).
     const held = this.held.get(name);
     if (held && held.owner === owner && held.term === term) {
+      if (await this.handOver(name, held)) return true;
       const res = await conn.txn(
         `release ${name}`,
         [{ key: held.key, target: 'Create', result: 'Equal', create_revision: held.createRevision }],
         [{ request_delete_range: { key: held.key, prev_kv: true } }],
       );
       if (this.held.get(name) === held) this.held.delete(name);
+      this.syncWaiterWatch(name);
       if (res.succeeded) {
         const prev = res.responses[0]?.response_delete_range?.prev_kvs?.[0];
         if (prev) this.dropLease(prev.lease);
@@ -363,16 +420,19 @@ export class EtcdStore implements Store {
       const entry: Watched = {
         listeners: new Set(),
         last: null,
+        lastValue: null,
         watch: new CandidateWatch(
           this.connection,
           this.connection.layout.candidates(name),
           (kv) => kv.lease !== '0' && this.connection.layout.nameOf(kv.key) === name,
           (kv) => this.push(name, entry, kv),
         ),
+        waiters: null,
       };
       w = entry;
       this.watched.set(name, entry);
       entry.watch.start();
+      this.syncWaiterWatch(name);
     }
     w.listeners.add(listener);
     const entry = w;
@@ -381,17 +441,29 @@ export class EtcdStore implements Store {
       if (entry.listeners.size === 0 && this.watched.get(name) === entry) {
         this.watched.delete(name);
         entry.watch.stop();
-        this.dropSpare(name);
+        entry.waiters?.stop();
+        entry.waiters = null;
+        void this.dropSpare(name);
       }
     };
   }
 
-  close(): Promise<void> {
-    for (const w of this.watched.values()) w.watch.stop();
+  async close(): Promise<void> {
+    if (this.connection.isClosed) return;
+    for (const cancel of this.revokes) cancel();
+    this.revokes.clear();
+    for (const w of this.watched.values()) {
+      w.watch.stop();
+      w.waiters?.stop();
+    }
     this.watched.clear();
-    for (const name of [...this.spares.keys()]) this.dropSpare(name);
+    // Leave the waiting rooms before the connection goes, so no release hands over to a closed
+    // store (bounded: a store that cannot reach etcd closes anyway, and its spares expire).
+    for (const name of [...this.spares.keys()]) void this.dropSpare(name);
+    let cancel = (): void => {};
+    await Promise.race([Promise.allSettled([...this.leaving]), new Promise<void>((r) => (cancel = this.connection.clock.setTimer(1000, r)))]);
+    cancel();
     this.connection.close();
-    return Promise.resolve();
   }
 
   // ---- internals ------------------------------------------------------------------------
@@ -407,7 +479,43 @@ export class EtcdStore implements Store {
     return [
       { request_range: { key: prefix, range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' } },
       { request_range: { key: layout.term(name) } },
+      this.waitersOp(name),
     ];
+  }
+
+  /**
+   * Watch the waiting room of `name` while this process holds it and watches it, so that a
+   * release knows whom to hand over to (waiters do not need it).
+   */
+  private syncWaiterWatch(name: string): void {
+    const w = this.watched.get(name);
+    if (!w) return;
+    if (this.held.has(name) && !w.waiters) {
+      w.waiters = new CandidateWatch(this.connection, this.connection.layout.waiters(name), (kv) => kv.lease !== '0', (kv) =>
+        this.noteWaiters(name, kv ? [kv] : []),
+      );
+      w.waiters.start();
+    } else if (!this.held.has(name) && w.waiters) {
+      w.waiters.stop();
+      w.waiters = null;
+    }
+  }
+
+  /** Reads the waiting room of `name`, oldest first. */
+  private waitersOp(name: string): IRequestOp {
+    const prefix = this.connection.layout.waiters(name);
+    return { request_range: { key: prefix, range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' } };
+  }
+
+  private noteWaiters(name: string, kvs: IKeyValue[]): void {
+    const waiters: Waiter[] = [];
+    for (const kv of kvs) {
+      const value = decodeValue(kv.value);
+      if (!value || kv.lease === '0') continue;
+      waiters.push({ key: kv.key, modRevision: kv.mod_revision, leaseId: kv.lease, owner: value.owner, ttlMs: value.ttlMs, meta: value.meta });
+    }
+    if (waiters.length > 0) this.waiting.set(name, waiters);
+    else this.waiting.delete(name);
   }
 
   /** A snapshot from the answer to `snapshotOps` (run alone, or as the failure branch of a txn). */
@@ -419,6 +527,8 @@ export class EtcdStore implements Store {
     const termKv = rangeKvs(res.responses[1])[0];
     const term = termKv ? Number(termKv.value.toString()) : 0;
     this.termHints.set(name, term);
+    this.noteWaiters(name, rangeKvs(res.responses[2]));
+    if (candidates[0]) this.adoptIfHandedOver(name, candidates[0].kv);
     return {
       revision: Number(res.header.revision),
       candidates,
@@ -431,8 +541,144 @@ export class EtcdStore implements Store {
     if (term > (this.termHints.get(name) ?? -1)) this.termHints.set(name, term);
   }
 
-  private noteHeld(name: string, owner: string, term: number, key: Buffer, createRevision: string): void {
-    this.held.set(name, { owner, term, key, createRevision });
+  private noteHeld(name: string, owner: string, term: number, key: Buffer, createRevision: string, leaseId: string): void {
+    this.held.set(name, { owner, term, key, createRevision, leaseId, handedOver: false });
+    // A spare of the new holder's own (say, granted while this acquire was on its way) leaves
+    // the waiting room: a release must never hand the name to its holder.
+    if (this.spares.get(name)?.owner === owner) void this.dropSpare(name);
+    this.syncWaiterWatch(name);
+  }
+
+  /**
+   * Release by handing over: when a tenure candidate waits (its waiting-room key is known) and
+   * no other candidate is in line under `N/` (a Go or etcdctl waiter keeps its place), one txn
+   * deletes our key, puts the waiter's key on the waiter's own lease with the next term, bumps
+   * the counter and empties the waiter's waiting-room key. The waiter hears it on its watch and
+   * claims it, usually with no round trip (`claimHandover`): no second commit, no race between
+   * waiters.
+   * Returns false, having changed nothing, when the txn's guards fail or no one waits.
+   */
+  private async handOver(name: string, held: HeldKey): Promise<boolean> {
+    const to = this.waiting.get(name)?.find((w) => w.owner !== held.owner && !sameLease(w.leaseId, held.leaseId));
+    if (!to) return false;
+    const conn = this.connection;
+    const prefix = conn.layout.candidates(name);
+    const termKey = conn.layout.term(name);
+    const next = held.term + 1;
+    const res = await conn.txn(
+      `release ${name}`,
+      [
+        // Our own key, the one this process put (rule 6)...
+        { key: held.key, target: 'Create', result: 'Equal', create_revision: held.createRevision },
+        // ...is the only candidate: nobody (Go, etcdctl) waits in line under N/ to be skipped...
+        { key: rangeStart(prefix), range_end: prefixEnd(prefix), target: 'Create', result: 'Less', create_revision: String(Number(held.createRevision) + 1) },
+        // ...the waiter is still there as we read it (so its lease lives, and its value is current)...
+        { key: to.key, target: 'Mod', result: 'Equal', mod_revision: to.modRevision },
+        // ...and the counter still says our term (rule 4: the next one is issued here, once).
+        { key: termKey, target: 'Value', result: 'Equal', value: Buffer.from(String(held.term)) },
+      ],
+      [
+        { request_delete_range: { key: held.key, prev_kv: true } },
+        { request_delete_range: { key: to.key } },
+        {
+          request_put: {
+            key: conn.layout.candidate(name, to.leaseId),
+            value: encodeValue({ owner: to.owner, term: next, ttlMs: to.ttlMs, meta: to.meta }),
+            lease: to.leaseId,
+          },
+        },
+        { request_put: { key: termKey, value: Buffer.from(String(next)) } },
+      ],
+    );
+    if (!res.succeeded) {
+      // Stale knowledge (the waiter left, or someone queued): forget it; a plain release follows.
+      this.waiting.delete(name);
+      return false;
+    }
+    if (this.held.get(name) === held) this.held.delete(name);
+    this.syncWaiterWatch(name);
+    this.waiting.set(name, (this.waiting.get(name) ?? []).filter((w) => w !== to));
+    this.noteTerm(name, next);
+    const prev = res.responses[0]?.response_delete_range?.prev_kvs?.[0];
+    // Revoked a little later: the waiter's claim (a keepalive, which etcd answers once every
+    // committed entry is applied) should not wait for this revoke's commit. Nothing is on it.
+    if (prev) this.dropLeaseSoon(prev.lease);
+    return true;
+  }
+
+  /**
+   * A key for `name` appeared on our spare lease: a release handed the name over to us. The
+   * spare stops being a spare (no more keepalives from its timer: only its owner's acquire and
+   * renews keep it alive from now on, so an owner that no longer campaigns lets it expire).
+   */
+  private adoptIfHandedOver(name: string, kv: IKeyValue): void {
+    const spare = this.spares.get(name);
+    if (!spare?.lease || !sameLease(spare.lease.id, kv.lease)) return;
+    const value = decodeValue(kv.value);
+    if (!value) return;
+    this.spares.delete(name);
+    spare.done = true;
+    spare.cancelTimer();
+    this.adopt(name, kv, value, spare.lease.id, spare.ttlSeconds, spare.aliveSince);
+  }
+
+  private adopt(name: string, kv: IKeyValue, value: TenureValue, leaseId: string, ttlSeconds: number, aliveSince: number): void {
+    this.own.set(leaseId, { ttlSeconds, sentAt: aliveSince, spare: true });
+    this.held.set(name, { owner: value.owner, term: value.term, key: kv.key, createRevision: kv.create_revision, leaseId, handedOver: true });
+    this.syncWaiterWatch(name);
+    this.noteTerm(name, value.term);
+  }
+
+  /**
+   * Claim a lease handed over to `owner` (see `handOver`) in one round trip: a keepalive of its
+   * lease, sent now. etcd restarts the TTL when it receives it, so its expiry is at least this
+   * call's start + TTL (rule 2); and a lease etcd still has still carries our key, which the
+   * watch reported: a key goes with its lease, and nobody else deletes it (release, resign and
+   * unlock delete only the caller's own key, here and in Go). Null when there is nothing to
+   * claim this way; the general path then decides.
+   */
+  private async claimHandover(name: string, owner: string, ttlMs: number, meta: LeaseMeta): Promise<AcquireResult | null> {
+    const h = this.held.get(name);
+    if (!h?.handedOver || h.owner !== owner) return null;
+    const own = this.own.get(h.leaseId);
+    const w = this.watched.get(name);
+    const id = `${owner}@${h.term}`;
+    // Only as the watch still reports it, and as it was written (else extend() updates it).
+    const value = encodeValue({ owner, term: h.term, ttlMs, meta });
+    if (!own || own.ttlSeconds < ttlSecondsFor(ttlMs) || w?.last !== id || !value.equals(w.lastValue ?? Buffer.alloc(0))) return null;
+    const conn = this.connection;
+    const sentAt = conn.clock.now();
+    if (own.sentAt + own.ttlSeconds * 1000 - sentAt >= ttlMs + CLAIM_SLACK_MS) {
+      // Our waiting lease, kept alive ahead of need with a longer TTL, still has more than the
+      // TTL asked for left, counted from the send time of its last keepalive (etcd restarted
+      // the TTL when it got it, later): etcd's expiry is already past this call's start + TTL
+      // (rule 2), and the key the watch reported is on it. Nothing to send.
+      h.handedOver = false;
+      if (this.spares.get(name)?.owner === owner) void this.dropSpare(name);
+      return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) } };
+    }
+    const ttlSeconds = await conn.keepAliveOnce(h.leaseId); // no answer: unknown (rule 3); the next acquire tries again
+    if (this.held.get(name) !== h) return null;
+    if (ttlSeconds === 0 || this.watched.get(name)?.last !== id) {
+      this.held.delete(name); // expired, or the watch saw it go meanwhile: decide afresh
+      this.syncWaiterWatch(name);
+      this.own.delete(h.leaseId);
+      return null;
+    }
+    h.handedOver = false;
+    this.own.set(h.leaseId, { ttlSeconds, sentAt, spare: true });
+    if (this.spares.get(name)?.owner === owner) void this.dropSpare(name);
+    return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) } };
+  }
+
+  /** As dropLease, after REVOKE_DELAY_MS; a store closed by then leaves the (empty) lease to expire. */
+  private dropLeaseSoon(leaseId: string): void {
+    this.own.delete(leaseId);
+    const cancel = this.connection.clock.setTimer(REVOKE_DELAY_MS, () => {
+      this.revokes.delete(cancel);
+      void this.connection.revoke(leaseId).catch(() => {});
+    });
+    this.revokes.add(cancel);
   }
 
   /** Forget and revoke the lease of a key we deleted (only that key was on it). */
@@ -452,25 +698,19 @@ export class EtcdStore implements Store {
     return spare !== undefined && spare.lease !== null && spare.requestedSeconds === seconds;
   }
 
-  /** Grant a spare lease for a candidate of `name` that waits on a watch (see Spare). */
-  private prepareSpare(name: string, seconds: number): void {
+  /**
+   * Grant a spare lease for `owner`, a candidate of `name` that waits on a watch, and put its
+   * waiting-room key on it (see Spare and `handOver`).
+   */
+  private prepareSpare(name: string, seconds: number, owner: string, ttlMs: number, meta: LeaseMeta): void {
     if (!this.watched.has(name) || this.connection.isClosed) return;
     const have = this.spares.get(name);
-    if (have?.requestedSeconds === seconds) return;
-    if (have) this.dropSpare(name);
-    const spare: Spare = { requestedSeconds: seconds, lease: null, aliveSince: 0, ttlSeconds: 0, cancelTimer: () => {}, done: false };
+    if (have && have.requestedSeconds === seconds && have.owner === owner && have.ttlMs === ttlMs && sameMeta(have.meta, meta)) return;
+    if (have) void this.dropSpare(name);
+    const spare = this.newSpare(seconds, owner, ttlMs, meta);
     this.spares.set(name, spare);
-    this.connection.grant(seconds).then(
-      (granted) => {
-        if (spare.done) {
-          void this.connection.revoke(granted.id).catch(() => {});
-          return;
-        }
-        spare.lease = granted;
-        spare.aliveSince = granted.sentAt;
-        spare.ttlSeconds = granted.ttlSeconds;
-        this.keepSpareAlive(name, spare);
-      },
+    this.connection.grant(seconds + SPARE_EXTRA_S).then(
+      (granted) => this.register(name, spare, granted, granted.sentAt, granted.ttlSeconds),
       () => {
         if (this.spares.get(name) === spare) this.spares.delete(name);
         spare.done = true;
@@ -478,27 +718,73 @@ export class EtcdStore implements Store {
     );
   }
 
-  /** Put a lease back as the spare of `name` (an acquire that used it lost the race). */
-  private restoreSpare(name: string, seconds: number, lease: GrantedLease, aliveSince: number, ttlSeconds: number): void {
+  /** Keep a lease granted for an acquire that lost as the spare of `name` (when watched). */
+  private keepAsSpare(name: string, granted: GrantedLease, owner: string, ttlMs: number, meta: LeaseMeta): void {
     if (this.spares.has(name) || !this.watched.has(name) || this.connection.isClosed) {
-      void this.connection.revoke(lease.id).catch(() => {});
+      void this.connection.revoke(granted.id).catch(() => {});
       return;
     }
-    const spare: Spare = { requestedSeconds: seconds, lease, aliveSince, ttlSeconds, cancelTimer: () => {}, done: false };
+    const spare = this.newSpare(ttlSecondsFor(ttlMs), owner, ttlMs, meta);
+    this.spares.set(name, spare);
+    this.register(name, spare, granted, granted.sentAt, granted.ttlSeconds);
+  }
+
+  private newSpare(seconds: number, owner: string, ttlMs: number, meta: LeaseMeta): Spare {
+    return { requestedSeconds: seconds, owner, ttlMs, meta, lease: null, aliveSince: 0, ttlSeconds: 0, cancelTimer: () => {}, done: false };
+  }
+
+  /** Put the spare's waiting-room key on its lease; the spare is ready (and kept alive) once it is in. */
+  private register(name: string, spare: Spare, granted: GrantedLease, aliveSince: number, ttlSeconds: number): void {
+    const conn = this.connection;
+    if (spare.done) {
+      void conn.revoke(granted.id).catch(() => {}); // nothing is on it yet
+      return;
+    }
+    const value = encodeValue({ owner: spare.owner, term: 0, ttlMs: spare.ttlMs, meta: spare.meta });
+    conn.txn(`wait for ${name}`, [], [{ request_put: { key: conn.layout.waiter(name, granted.id), value, lease: granted.id } }]).then(
+      () => {
+        spare.lease = granted;
+        spare.aliveSince = aliveSince;
+        spare.ttlSeconds = ttlSeconds;
+        if (spare.done) {
+          void this.retire(name, granted.id); // dropped meanwhile; a release may have seen the key
+          return;
+        }
+        this.keepSpareAlive(name, spare);
+        conn.prepareKeepAlives(); // a hand-over is claimed by a keepalive: have its stream open
+
+      },
+      () => {
+        if (this.spares.get(name) === spare) this.spares.delete(name);
+        spare.done = true;
+        void this.retire(name, granted.id);
+      },
+    );
+  }
+
+  /** Put a spare back as the spare of `name` (an acquire that used it lost the race). */
+  private restoreSpare(name: string, spare: Spare, aliveSince: number, ttlSeconds: number): void {
+    if (this.spares.has(name) || !this.watched.has(name) || this.connection.isClosed) {
+      void this.retire(name, spare.lease!.id);
+      return;
+    }
+    spare.done = false;
+    spare.aliveSince = aliveSince;
+    spare.ttlSeconds = ttlSeconds;
     this.spares.set(name, spare);
     this.keepSpareAlive(name, spare);
   }
 
   private keepSpareAlive(name: string, spare: Spare): void {
     const conn = this.connection;
-    spare.cancelTimer = conn.clock.setTimer(Math.max(100, (spare.ttlSeconds * 1000) / 3), () => {
+    spare.cancelTimer = conn.clock.setTimer(Math.max(100, (spare.ttlSeconds * 1000) / 4), () => {
       if (spare.done || !spare.lease) return;
       const sentAt = conn.clock.now();
       conn.keepAliveOnce(spare.lease.id).then(
         (ttlSeconds) => {
           if (spare.done) return;
           if (ttlSeconds === 0) {
-            this.dropSpare(name);
+            void this.dropSpare(name);
             return;
           }
           spare.aliveSince = sentAt;
@@ -512,27 +798,50 @@ export class EtcdStore implements Store {
     });
   }
 
-  /** The spare lease of `name` for this TTL, if it has enough time left; it is the caller's from then on. */
-  private takeSpare(name: string, seconds: number): GrantedLease | null {
+  /** The spare of `name` for this TTL, if it has enough time left; it is the caller's from then on. */
+  private takeSpare(name: string, seconds: number): Spare | null {
     const spare = this.spares.get(name);
     if (!spare?.lease || spare.requestedSeconds !== seconds) return null;
     this.spares.delete(name);
     spare.done = true;
     spare.cancelTimer();
     if (this.connection.clock.now() - spare.aliveSince > spare.ttlSeconds * 1000 - SPARE_MARGIN_MS) {
-      void this.connection.revoke(spare.lease.id).catch(() => {});
+      void this.retire(name, spare.lease.id);
       return null;
     }
-    return spare.lease;
+    return spare;
   }
 
-  private dropSpare(name: string): void {
+  private dropSpare(name: string): Promise<void> {
     const spare = this.spares.get(name);
-    if (!spare) return;
+    if (!spare) return Promise.resolve();
     this.spares.delete(name);
     spare.done = true;
     spare.cancelTimer();
-    if (spare.lease) void this.connection.revoke(spare.lease.id).catch(() => {});
+    return spare.lease ? this.retire(name, spare.lease.id) : Promise.resolve();
+  }
+
+  /**
+   * Revoke a spare lease, unless a release has handed `name` over to it: first its waiting-room
+   * key is deleted, in a txn that checks no candidate key is on the lease (after that no release
+   * can hand over to it, so the revoke deletes nothing but that key). A handed-over key is left
+   * to its owner's acquire, or to expire: revoking it could pull the lease from under an acquire
+   * that is claiming it.
+   */
+  private retire(name: string, leaseId: string): Promise<void> {
+    const conn = this.connection;
+    if (conn.isClosed) return Promise.resolve();
+    const leaving = conn
+      .txn(
+        `leave ${name}`,
+        [{ key: conn.layout.candidate(name, leaseId), target: 'Create', result: 'Equal', create_revision: 0 }],
+        [{ request_delete_range: { key: conn.layout.waiter(name, leaseId) } }],
+      )
+      .then((res) => (res.succeeded ? conn.revoke(leaseId) : undefined))
+      .catch(() => {})
+      .finally(() => this.leaving.delete(leaving));
+    this.leaving.add(leaving);
+    return leaving;
   }
 
   /**
@@ -547,9 +856,12 @@ export class EtcdStore implements Store {
     const changed = !next.equals(holder.kv.value);
     const needSeconds = ttlSecondsFor(ttlMs);
     const leaseId = holder.kv.lease;
-    const grantedSeconds = this.own.get(leaseId)?.ttlSeconds ?? (await conn.timeToLive(leaseId))?.grantedSeconds ?? 0;
+    const ownLease = this.own.get(leaseId);
+    const grantedSeconds = ownLease?.ttlSeconds ?? (await conn.timeToLive(leaseId))?.grantedSeconds ?? 0;
     const sameKey = { key: holder.kv.key, target: 'Create' as const, result: 'Equal' as const, create_revision: holder.kv.create_revision };
-    if (grantedSeconds >= needSeconds) {
+    // A spare's longer TTL served the take-over; from the first renew on, the TTL asked for.
+    const oversized = ownLease?.spare === true && grantedSeconds > needSeconds;
+    if (grantedSeconds >= needSeconds && !oversized) {
       const sentAt = conn.clock.now();
       const ttlSeconds = await conn.keepAliveOnce(leaseId);
       if (ttlSeconds === 0) {
@@ -561,11 +873,11 @@ export class EtcdStore implements Store {
       const ops: IRequestOp[] = changed ? [{ request_put: { key: holder.kv.key, value: next, lease: leaseId } }] : [];
       const res = await conn.txn(`renew ${name}`, [sameKey], ops);
       if (!res.succeeded) return null;
-      this.noteHeld(name, value.owner, value.term, holder.kv.key, holder.kv.create_revision);
+      this.noteHeld(name, value.owner, value.term, holder.kv.key, holder.kv.create_revision, leaseId);
       return this.leaseOf(name, value.owner, value.term, ttlMs, meta, leaseId);
     }
-    // etcd cannot lengthen a lease: move the key (and so its create revision and its place) to a
-    // new lease with the longer TTL, then drop the old lease, which then holds nothing.
+    // etcd cannot lengthen (or shorten) a lease: move the key (and so its create revision and its
+    // place) to a new lease with the TTL asked for, then drop the old lease, which then holds nothing.
     if (grantedSeconds === 0) return null;
     const granted = await conn.grant(needSeconds);
     const res = await conn.txn(
@@ -578,7 +890,7 @@ export class EtcdStore implements Store {
       return null;
     }
     this.own.set(granted.id, { ttlSeconds: granted.ttlSeconds, sentAt: granted.sentAt });
-    this.noteHeld(name, value.owner, value.term, holder.kv.key, holder.kv.create_revision);
+    this.noteHeld(name, value.owner, value.term, holder.kv.key, holder.kv.create_revision, granted.id);
     this.own.delete(leaseId);
     void conn.revoke(leaseId).catch(() => {});
     return this.leaseOf(name, value.owner, value.term, ttlMs, meta, granted.id);
@@ -622,6 +934,8 @@ export class EtcdStore implements Store {
 
   private push(name: string, w: Watched, kv: IKeyValue | null): void {
     let lease: Lease | null = null;
+    if (kv) this.adoptIfHandedOver(name, kv);
+    w.lastValue = kv ? kv.value : null;
     if (kv) {
       const value = decodeValue(kv.value);
       if (value) this.noteTerm(name, value.term);
@@ -690,6 +1004,18 @@ function settle<T>(p: Promise<T>): Promise<{ value: T } | { error: unknown }> {
     (value) => ({ value }),
     (error: unknown) => ({ error }),
   );
+}
+
+function sameLease(a: string, b: string): boolean {
+  try {
+    return BigInt(a) === BigInt(b);
+  } catch {
+    return a === b;
+  }
+}
+
+function sameMeta(a: LeaseMeta, b: LeaseMeta): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
 }
 
 function foreignOwner(leaseId: string): string {

@@ -89,6 +89,19 @@ export class KeyLayout {
     return key.toString().slice(`${this.namespace}${INTERNAL}term/`.length);
   }
 
+  /**
+   * The waiting room of a name: `\0tenure/wait/N\0<lease hex>`, one key per tenure candidate that
+   * waits on a watch, attached to the etcd lease it would hold with, valued like a candidate
+   * (term 0). Not under `N/`, so Go and etcdctl never count it as a candidate.
+   */
+  waiters(name: string): Buffer {
+    return Buffer.from(`${this.namespace}${INTERNAL}wait/${name}\u0000`);
+  }
+
+  waiter(name: string, leaseId: string): Buffer {
+    return Buffer.from(`${this.namespace}${INTERNAL}wait/${name}\u0000${leaseIdHex(leaseId)}`);
+  }
+
   /** The fence of a name: the highest term a fenced write has carried, as decimal text. */
   fence(name: string): Buffer {
     return Buffer.from(`${this.namespace}${INTERNAL}fence/${name}`);

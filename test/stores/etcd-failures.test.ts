@@ -2,26 +2,14 @@
  * etcd failing under tenure: unreachable, a leader whose keepalives stop, a cluster member dying
  * under the client, and a watch whose resume revision was compacted away.
  */
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeaderElector, StoreUnavailableError } from '../../src/index.js';
 import { openStore } from '../../src/open.js';
 import { EtcdElection, EtcdStore } from '../../src/stores/etcd/index.js';
 import type { Lease } from '../../src/core/index.js';
-import { startEtcd } from './etcd-harness.js';
+import { startEtcd, sleep, unique, waitUntil } from './etcd-harness.js';
 import type { EtcdCluster } from './etcd-harness.js';
 import { createServer } from 'node:net';
-
-const unique = (base: string): string => `${base}-${randomBytes(4).toString('hex')}`;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function waitUntil(cond: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const start = Date.now();
-  while (!(await cond())) {
-    if (Date.now() - start > timeoutMs) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-}
 
 async function unusedPort(): Promise<number> {
   return new Promise((resolve) => {

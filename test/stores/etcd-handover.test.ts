@@ -4,28 +4,17 @@
  * the waiter's own lease), which the waiter then claims with a keepalive. These tests check the
  * outcomes: who holds, with which term, on which lease; never how fast.
  */
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeaderElector } from '../../src/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { EtcdStore } from '../../src/stores/etcd/index.js';
-import { startEtcd } from './etcd-harness.js';
+import { startEtcd, unique, waitUntil } from './etcd-harness.js';
 import type { EtcdCluster } from './etcd-harness.js';
 import { etcdctl } from './etcdctl.js';
 
 let cluster: EtcdCluster;
 let admin: EtcdStore;
 const stores: EtcdStore[] = [];
-const unique = (base: string): string => `${base}-${randomBytes(4).toString('hex')}`;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function waitUntil(cond: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const start = Date.now();
-  while (!(await cond())) {
-    if (Date.now() - start > timeoutMs) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-}
 
 function store(): EtcdStore {
   const s = new EtcdStore({ hosts: cluster.hosts });

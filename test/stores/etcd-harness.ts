@@ -6,6 +6,7 @@
  * raft leader quickly and etcd's minimum lease TTL is 1 s (it is 3/2 election timeouts rounded
  * up to whole seconds; 2 s with etcd's defaults).
  */
+import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -184,4 +185,18 @@ let shared: Promise<EtcdCluster> | null = null;
 export function sharedEtcd(): Promise<EtcdCluster> {
   shared ??= startEtcd(1);
   return shared;
+}
+
+/** A name no other test uses: `base` and 8 random hex digits. */
+export const unique = (base: string): string => `${base}-${randomBytes(4).toString('hex')}`;
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Poll `cond` every 10 ms until it holds; throws after `timeoutMs`. */
+export async function waitUntil(cond: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const start = Date.now();
+  while (!(await cond())) {
+    if (Date.now() - start > timeoutMs) throw new Error('condition not met in time');
+    await sleep(10);
+  }
 }

@@ -3,28 +3,17 @@
  * (Go's concurrency.Election and concurrency.Mutex) against EtcdElection, EtcdMutex, and the
  * LeaderElector / Lock over EtcdStore.
  */
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeaderElector, LockTimeoutError } from '../../src/index.js';
 import { openStore } from '../../src/open.js';
 import type { TenureStore } from '../../src/open.js';
 import { EtcdElection, EtcdMutex, EtcdStore } from '../../src/stores/etcd/index.js';
-import { startEtcd } from './etcd-harness.js';
+import { startEtcd, sleep, unique, waitUntil } from './etcd-harness.js';
 import type { EtcdCluster } from './etcd-harness.js';
 import { etcdctl } from './etcdctl.js';
 
 let cluster: EtcdCluster;
 let admin: EtcdStore;
-const unique = (base: string): string => `${base}-${randomBytes(4).toString('hex')}`;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function waitUntil(cond: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const start = Date.now();
-  while (!(await cond())) {
-    if (Date.now() - start > timeoutMs) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-}
 
 /** The candidate keys of a name, as etcd holds them: key, lease (hex) and create revision. */
 async function candidates(name: string): Promise<{ key: string; leaseHex: string; rev: number; value: string }[]> {

@@ -9,6 +9,15 @@ import { createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+/** SIGKILL a child process (resumed first, in case it was paused) and wait until it has exited. */
+export async function killAndWait(proc: ChildProcess | null): Promise<void> {
+  if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  proc.kill('SIGCONT');
+  proc.kill('SIGKILL');
+  await exited;
+}
+
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = createServer();
@@ -85,13 +94,8 @@ export class RedisServer {
   /** SIGKILL and wait for the exit. */
   async kill(): Promise<void> {
     const proc = this.proc;
-    if (!proc) return;
     this.proc = null;
-    if (proc.exitCode !== null || proc.signalCode !== null) return;
-    const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-    proc.kill('SIGCONT');
-    proc.kill('SIGKILL');
-    await exited;
+    await killAndWait(proc);
   }
 
   pause(): void {

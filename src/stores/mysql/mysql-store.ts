@@ -138,12 +138,14 @@ export class MysqlStore implements Store {
     checkTtl('ttlMs', ttlMs);
     const metaText = encodeMeta('meta', meta);
     const metaValue = decodeMeta(metaText);
-    const result = await this.run('acquire', (c) =>
-      this.transaction(c, async (): Promise<AcquireResult> => {
-        // Times in this transaction are relative to the server's now: 0 is "now", expiry is the
-        // remaining time the server computed. Decided by the same rules as every store.
+    // One transaction: lock the lease's row, decide, write. Times in it are relative to the
+    // server's now: 0 is "now", expiry is the remaining time the server computed. Decided by the
+    // same rules as every store. `null`: the name has no row yet (see below).
+    const attempt = (c: MysqlConnection, insertIfMissing: boolean) =>
+      this.transaction(c, async (): Promise<AcquireResult | null> => {
         const rows = await select(c, this.sql.lockRow, [name]);
         const current = rows[0] ? toRow(rows[0]) : null;
+        if (current === null && !insertIfMissing) return null;
         const decision = decideAcquire(current, name, owner, ttlMs, metaValue, 0);
         if (!decision.acquired) return { acquired: false, lease: rowLease(rows[0]!) };
         const next = decision.row;
@@ -153,8 +155,17 @@ export class MysqlStore implements Store {
           await c.execute(this.sql.updateLease, [owner, next.term, ttlMs * 1000, ttlMs, metaText, name]);
         }
         return { acquired: true, lease: toLease(next as LeaseRow & { owner: string }, 0) };
-      }),
-    );
+      });
+    const result = await this.run('acquire', async (c) => {
+      const first = await attempt(c, false);
+      if (first !== null) return first;
+      // A name never acquired: `SELECT … FOR UPDATE` found no row and, under REPEATABLE READ, left
+      // a gap lock; two such acquires of neighbouring new names then deadlock on each other's
+      // INSERT (a node starting with many leases did so on most of them). Instead, create the
+      // free row first, in its own statement, and lock that row (a row lock, no gap).
+      await c.execute(this.sql.ensureRow, [name]);
+      return (await attempt(c, true))!;
+    });
     if (result.acquired) this.noteLocal(name, { term: result.lease.term, owner }, result.lease);
     return result;
   }

@@ -43,6 +43,7 @@ export interface MysqlSql {
   readonly schema: readonly string[];
   readonly lockRow: string;
   readonly insertLease: string;
+  readonly ensureRow: string;
   readonly updateLease: string;
   readonly renew: string;
   readonly renewMany: string;
@@ -129,6 +130,10 @@ export function buildSql(prefix: string): MysqlSql {
     ],
     lockRow: `SELECT ${COLS} FROM ${L} WHERE name = ? FOR UPDATE`,
     insertLease: `INSERT INTO ${L} (name, owner, term, expires_at, ttl_ms, meta) VALUES (?, ?, ?, ${NOW} + INTERVAL ? MICROSECOND, ?, ?)`,
+    // A free row (no owner, term 0: the first holder gets term 1) for a name never acquired, so
+    // that acquires lock an existing row instead of a gap (see MysqlStore.acquire). Does nothing
+    // when the row exists.
+    ensureRow: `INSERT INTO ${L} (name, owner, term, expires_at, ttl_ms, meta) VALUES (?, NULL, 0, ${NOW}, 0, '{}') ON DUPLICATE KEY UPDATE name = name`,
     updateLease: `UPDATE ${L} SET owner = ?, term = ?, expires_at = ${NOW} + INTERVAL ? MICROSECOND, ttl_ms = ?, meta = ? WHERE name = ?`,
     // Compare-and-set on owner and term of a live lease, one statement.
     renew: `UPDATE ${L} SET expires_at = ${NOW} + INTERVAL ? MICROSECOND, ttl_ms = ? WHERE name = ? AND owner = ? AND term = ? AND ${LIVE}`,

@@ -45,6 +45,18 @@ function record(s: EtcdStore, name: string): { seen: (string | null)[]; stop: ()
   return { seen, stop };
 }
 
+/** Two stores watching `name`: a holds it (term 1), b lost an acquire and waits in the waiting room. */
+async function holderAndWaiter(name: string): Promise<{ a: EtcdStore; b: EtcdStore; wa: ReturnType<typeof record>; wb: ReturnType<typeof record> }> {
+  const a = store();
+  const b = store();
+  const wa = record(a, name);
+  await a.acquire(name, 'a~1', 2000);
+  const wb = record(b, name);
+  await b.acquire(name, 'b~1', 2000);
+  await waitUntil(async () => (await waiters(name)).length === 1);
+  return { a, b, wa, wb };
+}
+
 beforeAll(async () => {
   cluster = await startEtcd(1);
   admin = new EtcdStore({ hosts: cluster.hosts });
@@ -100,13 +112,7 @@ describe('EtcdStore hand-over on release', () => {
 
   it('a waiter that stops watching leaves the waiting room, and the release is a plain one', async () => {
     const name = unique('leave');
-    const a = store();
-    const b = store();
-    const wa = record(a, name);
-    await a.acquire(name, 'a~1', 2000);
-    const wb = record(b, name);
-    await b.acquire(name, 'b~1', 2000);
-    await waitUntil(async () => (await waiters(name)).length === 1);
+    const { a, b, wa, wb } = await holderAndWaiter(name);
     wb.stop();
     await waitUntil(async () => (await waiters(name)).length === 0);
     expect(await a.release(name, 'a~1', 1)).toBe(true);
@@ -118,13 +124,7 @@ describe('EtcdStore hand-over on release', () => {
 
   it('never hands over past a Go candidate in line: etcdctl, queued behind the holder, leads next', async () => {
     const name = unique('line');
-    const a = store();
-    const b = store();
-    const wa = record(a, name);
-    await a.acquire(name, 'a~1', 2000);
-    const wb = record(b, name);
-    await b.acquire(name, 'b~1', 2000);
-    await waitUntil(async () => (await waiters(name)).length === 1);
+    const { a, b, wa, wb } = await holderAndWaiter(name);
     const ctl = etcdctl(cluster.hosts, ['elect', name, 'go']);
     await waitUntil(async () => (await candidates(name)).length === 2);
     expect(await a.release(name, 'a~1', 1)).toBe(true);

@@ -1,13 +1,16 @@
 /**
  * SQLite-specific behaviour beyond the contract suite: the synchronous driver must not starve
- * timers, and opening an existing database must not need the write lock.
+ * timers, opening an existing database must not need the write lock, and opening a new one waits
+ * for another process that holds its lock longer than a write's busy timeout.
  */
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDatabase } from '../../src/stores/sqlite/driver.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
+import { fixturePath } from '../fixtures/harness.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -35,6 +38,22 @@ describe('SqliteStore', () => {
     expect(timerFiredAfter!).toBeLessThan(1000);
     expect(appends).toBeGreaterThan(0);
     await store.close();
+  });
+
+  it('opens a new database that another process holds locked for longer than the busy timeout', async () => {
+    const path = dbPath();
+    // Another process takes the new file's write lock first (as the first of several nodes started
+    // together does while it creates the tables) and keeps it 1.5 s, on a machine under load.
+    const holder = spawn(process.execPath, [fixturePath('chaos-sqlite-lock'), path, '1500'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const exited = new Promise<number | null>((r) => holder.once('exit', (code) => r(code)));
+    await new Promise<void>((resolve, reject) => {
+      holder.stdout.on('data', (d: Buffer) => (d.toString().startsWith('locked') ? resolve() : reject(new Error(d.toString()))));
+      holder.once('exit', () => reject(new Error('the lock holder exited early')));
+    });
+    const store = new SqliteStore({ path, busyTimeoutMs: 50 }); // waits for the lock instead of failing
+    expect((await store.acquire('g', 'a~1', 5000)).lease.term).toBe(1);
+    await store.close();
+    expect(await exited).toBe(0);
   });
 
   it('opens an existing database while another process holds the write lock', async () => {

@@ -55,7 +55,10 @@ import type { HostClock } from './host-clock.js';
 export interface SqliteStoreOptions {
   /** Database file; created with its directory when missing. */
   path: string;
-  /** How long a write waits for another process's transaction, ms (default 250). */
+  /**
+   * How long a write waits for another process's transaction, ms (default 250). Opening waits
+   * longer, at least SETUP_BUSY_TIMEOUT_MS: the first processes on a new file race to create it.
+   */
   busyTimeoutMs?: number;
   /** How often watchers check for other processes' changes, ms (default 20). */
   pollMs?: number;
@@ -64,6 +67,33 @@ export interface SqliteStoreOptions {
 }
 
 const SCHEMA_VERSION = '1';
+
+/**
+ * How long opening waits for another process's lock, at least, ms. Processes started together
+ * on a new file (every node of a `tenure run`, or two `tenure lock`s) all switch it to WAL and
+ * create the tables; on a loaded machine one of them can hold the lock longer than a write's
+ * busy timeout, and the others must wait for it rather than fail to open.
+ */
+const SETUP_BUSY_TIMEOUT_MS = 10_000;
+
+/** SQLITE_BUSY from either driver (better-sqlite3: code 'SQLITE_BUSY'; node:sqlite: errcode 5). */
+function isBusy(err: unknown): boolean {
+  const e = err as { code?: unknown; errcode?: unknown; message?: unknown };
+  return e.code === 'SQLITE_BUSY' || e.errcode === 5 || (typeof e.message === 'string' && e.message.includes('database is locked'));
+}
+
+function rollbackQuietly(db: SqliteDatabase): void {
+  try {
+    db.exec('ROLLBACK');
+  } catch {
+    // no transaction was open
+  }
+}
+
+/** Block this thread for `ms` (only while opening, as SQLite's own busy wait does). */
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
 
 interface Statements {
   getLease: SqliteStatement;
@@ -114,16 +144,30 @@ export class SqliteStore implements Store {
     }
     this.db = opened.db;
     this.driver = opened.driver;
-    try {
-      this.db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
-      this.db.exec('PRAGMA journal_mode = WAL');
-      this.db.exec('PRAGMA synchronous = FULL');
-      this.createSchema();
-      this.st = this.prepare();
-    } catch (err) {
-      this.db.close();
-      throw new StoreUnavailableError(`sqlite store: cannot set up ${this.path}: ${(err as Error).message}`, { cause: err });
+    const setupMs = Math.max(busyTimeoutMs, SETUP_BUSY_TIMEOUT_MS);
+    const giveUpAt = performance.now() + setupMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        this.db.exec(`PRAGMA busy_timeout = ${setupMs}`);
+        this.db.exec('PRAGMA journal_mode = WAL');
+        this.db.exec('PRAGMA synchronous = FULL');
+        this.createSchema();
+        this.db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
+        break;
+      } catch (err) {
+        // SQLite answers "busy" at once, without waiting out the busy timeout, where waiting
+        // could deadlock: switching a new file to WAL while another process holds its write
+        // lock does. Open is synchronous (so is SQLite's own busy wait): try again shortly.
+        if (isBusy(err) && performance.now() < giveUpAt) {
+          rollbackQuietly(this.db);
+          sleepSync(Math.min(5 * attempt, 50));
+          continue;
+        }
+        this.db.close();
+        throw new StoreUnavailableError(`sqlite store: cannot set up ${this.path}: ${(err as Error).message}`, { cause: err });
+      }
     }
+    this.st = this.prepare();
   }
 
   async acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {

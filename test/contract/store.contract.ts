@@ -87,15 +87,18 @@ export function storeContract(backend: Backend): void {
     });
 
     describe('renew', () => {
-      it('extends the lease for the holder', async () => {
-        await store.acquire('g', 'a~1', 300);
+      it('extends the lease for the holder, keeping its meta', async () => {
+        await store.acquire('g', 'a~1', 300, { url: 'http://a' });
         await sleep(150);
         const before = (await store.read('g'))!.remainingMs;
         const r = await store.renew('g', 'a~1', 1, 300);
         expect(r.renewed).toBe(true);
         expect(r.lease!.remainingMs).toBeGreaterThan(before);
         await sleep(200);
-        expect(await store.read('g')).toMatchObject({ owner: 'a~1', term: 1 });
+        expect(await store.read('g')).toMatchObject({ owner: 'a~1', term: 1, meta: { url: 'http://a' } });
+        // A renewal with another TTL keeps the meta too.
+        expect((await store.renew('g', 'a~1', 1, 400)).lease).toMatchObject({ owner: 'a~1', term: 1, meta: { url: 'http://a' } });
+        expect(await store.read('g')).toMatchObject({ owner: 'a~1', term: 1, meta: { url: 'http://a' } });
       });
 
       it('fails for anyone else, for a wrong term, and after expiry', async () => {

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeaderElector } from '../../src/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { EtcdStore } from '../../src/stores/etcd/index.js';
-import { startEtcd, unique, waitUntil } from './etcd-harness.js';
+import { candidateKeys, startEtcd, unique, waitUntil } from './etcd-harness.js';
 import type { EtcdCluster } from './etcd-harness.js';
 import { etcdctl } from './etcdctl.js';
 
@@ -22,11 +22,7 @@ function store(): EtcdStore {
   return s;
 }
 
-/** The candidate keys of a name as etcd holds them, oldest first. */
-async function candidates(name: string): Promise<{ key: string; leaseHex: string; value: string }[]> {
-  const res = await admin.client.getAll().prefix(`${name}/`).sort('Create', 'Ascend').exec();
-  return res.kvs.map((kv) => ({ key: kv.key.toString(), leaseHex: BigInt(kv.lease).toString(16), value: kv.value.toString() }));
-}
+const candidates = (name: string): ReturnType<typeof candidateKeys> => candidateKeys(admin, name);
 
 /** The waiting-room keys of a name (`\0tenure/wait/NAME\0<lease hex>`). */
 async function waiters(name: string): Promise<string[]> {

@@ -13,6 +13,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { EtcdStore } from '../../src/stores/etcd/index.js';
 
 export interface EtcdMember {
   readonly name: string;
@@ -199,4 +200,10 @@ export async function waitUntil(cond: () => boolean | Promise<boolean>, timeoutM
     if (Date.now() - start > timeoutMs) throw new Error('condition not met in time');
     await sleep(10);
   }
+}
+
+/** The candidate keys of election `name` as etcd holds them, oldest first (Go's layout: `name/<lease hex>`). */
+export async function candidateKeys(admin: EtcdStore, name: string): Promise<{ key: string; leaseHex: string; rev: number; value: string }[]> {
+  const res = await admin.client.getAll().prefix(`${name}/`).sort('Create', 'Ascend').exec();
+  return res.kvs.map((kv) => ({ key: kv.key.toString(), leaseHex: BigInt(kv.lease).toString(16), rev: Number(kv.create_revision), value: kv.value.toString() }));
 }

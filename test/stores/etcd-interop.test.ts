@@ -8,7 +8,7 @@ import { LeaderElector, LockTimeoutError } from '../../src/index.js';
 import { openStore } from '../../src/open.js';
 import type { TenureStore } from '../../src/open.js';
 import { EtcdElection, EtcdMutex, EtcdStore } from '../../src/stores/etcd/index.js';
-import { startEtcd, sleep, unique, waitUntil } from './etcd-harness.js';
+import { candidateKeys, startEtcd, sleep, unique, waitUntil } from './etcd-harness.js';
 import type { EtcdCluster } from './etcd-harness.js';
 import { etcdctl } from './etcdctl.js';
 
@@ -16,10 +16,7 @@ let cluster: EtcdCluster;
 let admin: EtcdStore;
 
 /** The candidate keys of a name, as etcd holds them: key, lease (hex) and create revision. */
-async function candidates(name: string): Promise<{ key: string; leaseHex: string; rev: number; value: string }[]> {
-  const kvs = await admin.client.getAll().prefix(`${name}/`).sort('Create', 'Ascend').exec();
-  return kvs.kvs.map((kv) => ({ key: kv.key.toString(), leaseHex: BigInt(kv.lease).toString(16), rev: Number(kv.create_revision), value: kv.value.toString() }));
-}
+const candidates = (name: string): ReturnType<typeof candidateKeys> => candidateKeys(admin, name);
 
 beforeAll(async () => {
   cluster = await startEtcd(1);

@@ -21,17 +21,8 @@ import { createMysqlDatabase } from './sql-servers.js';
 import type { TestDatabase } from './sql-servers.js';
 import { mysqlChaos } from '../chaos/stores/mysql.js';
 import type { ChaosInstance } from '../chaos/stores/types.js';
-import { leadThroughServerOutage } from './restart-scenario.js';
+import { leadThroughServerOutage, sleep, waitFor } from './restart-scenario.js';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const start = Date.now();
-  while (!cond()) {
-    if (Date.now() - start > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(10);
-  }
-}
 
 // The user's own mysql2 pool fits the store's structural type (checked by the compiler).
 const _poolFits = (p: mysql.Pool): MysqlPool => p;

@@ -13,17 +13,8 @@ import type { PgPool } from '../../src/stores/postgres/index.js';
 import { PgInstance, freePort, pgBinariesAvailable } from './pg-instance.js';
 import { createPostgresDatabase } from './sql-servers.js';
 import type { TestDatabase } from './sql-servers.js';
-import { leadThroughServerOutage } from './restart-scenario.js';
+import { leadThroughServerOutage, sleep, waitFor } from './restart-scenario.js';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
-  const start = Date.now();
-  while (!cond()) {
-    if (Date.now() - start > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(10);
-  }
-}
 
 // The user's own pg.Pool fits the store's structural type (checked by the compiler).
 const _poolFits = (p: pg.Pool): PgPool => p;

@@ -8,9 +8,10 @@ import { StaleTermError } from '../../src/core/index.js';
 import type { Store } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
+/** Poll `cond` every 10 ms; throws naming `what` after `timeoutMs`. */
+export async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
   const start = Date.now();
   while (!cond()) {
     if (Date.now() - start > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);

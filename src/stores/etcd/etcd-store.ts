@@ -752,7 +752,6 @@ export class EtcdStore implements Store {
         }
         this.keepSpareAlive(name, spare);
         conn.prepareKeepAlives(); // a hand-over is claimed by a keepalive: have its stream open
-
       },
       () => {
         if (this.spares.get(name) === spare) this.spares.delete(name);

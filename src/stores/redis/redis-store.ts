@@ -138,8 +138,12 @@ export class RedisStore implements Store {
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
     const metaText = encodeMeta('meta', meta);
-    const p = this.keyPrefix;
-    const reply = await this.run('acquire', acquireScript, [`${p}lease:${name}`, `${p}term:${name}`, `${p}names`], [name, owner, ttlMs, metaText, `${p}events:${name}`]);
+    const reply = await this.run(
+      'acquire',
+      acquireScript,
+      [this.key('lease', name), this.key('term', name), this.key('names')],
+      [name, owner, ttlMs, metaText, this.key('events', name)],
+    );
     const lease = toLease(name, reply);
     if (lease === null) throw this.badReply('acquire', reply);
     return { acquired: reply[0] === 1, lease };
@@ -150,7 +154,7 @@ export class RedisStore implements Store {
     checkOwner('owner', owner);
     checkTerm('term', term);
     checkTtl('ttlMs', ttlMs);
-    const reply = await this.run('renew', renewScript, [`${this.keyPrefix}lease:${name}`], [`${owner}\n${term}\n`, ttlMs]);
+    const reply = await this.run('renew', renewScript, [this.key('lease', name)], [leaseHead(owner, term), ttlMs]);
     return { renewed: reply[0] === 1, lease: toLease(name, reply) };
   }
 
@@ -164,7 +168,7 @@ export class RedisStore implements Store {
       'renewMany',
       renewManyScript,
       leases.map((l) => this.key('lease', l.name)),
-      [ttlMs, ...leases.map((l) => `${owner}\n${l.term}\n`)],
+      [ttlMs, ...leases.map((l) => leaseHead(owner, l.term))],
     );
     if (reply.length !== leases.length) throw this.badReply('renewMany', reply);
     return leases.map((l, i) => {
@@ -178,13 +182,12 @@ export class RedisStore implements Store {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTerm('term', term);
-    const p = this.keyPrefix;
-    return (await this.send('release', releaseScript, [`${p}lease:${name}`], [`${owner}\n${term}\n`, `${p}events:${name}`])) === 1;
+    return (await this.send('release', releaseScript, [this.key('lease', name)], [leaseHead(owner, term), this.key('events', name)])) === 1;
   }
 
   async read(name: string): Promise<Lease | null> {
     checkName('name', name);
-    return toLease(name, await this.run('read', readScript, [`${this.keyPrefix}lease:${name}`], []));
+    return toLease(name, await this.run('read', readScript, [this.key('lease', name)], []));
   }
 
   async list(prefix = ''): Promise<Lease[]> {
@@ -468,6 +471,11 @@ function checkRenewItems(leases: readonly RenewManyItem[]): void {
   });
 }
 
+/** The head of a lease value, `owner \n term \n`: what renew and release compare (see scripts.ts). */
+function leaseHead(owner: string, term: number): string {
+  return `${owner}\n${term}\n`;
+}
+
 /** A lease from a script reply {status, value, pttl}; null when the reply names no lease. */
 function toLease(name: string, reply: unknown[]): Lease | null {
   if (reply.length < 3) return null;
@@ -489,7 +497,7 @@ function parseLeaseValue(name: string, value: unknown, remainingMs: number): Lea
     name,
     owner: value.slice(0, a),
     term: Number(value.slice(a + 1, b)),
-    meta: meta === '{}' ? {} : decodeMeta(meta),
+    meta: decodeMeta(meta),
     ttlMs: Number(value.slice(b + 1, c)),
     remainingMs: remainingMs > 0 ? remainingMs : 0,
   };

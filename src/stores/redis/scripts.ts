@@ -1,6 +1,6 @@
 /**
  * The Lua scripts of the Redis store. Each store operation is one script, so it is atomic on the
- * server and one round trip. Expiry is the server's own (`SET … PX`, `PEXPIRE`; safety rule 1) and
+ * server and one round trip. Expiry is the server's own (`SET … PX`; safety rule 1) and
  * every lease reply carries the time left as the server sees it.
  *
  * Keys (P is the store's key prefix, `{tenure}:` by default; the braces are a Cluster hash tag so
@@ -13,7 +13,7 @@
  *   P events:NAME  pub/sub channel: the lease value on takeover, an empty message on release
  *
  * The lease value is one string so that taking, extending and dropping a lease is one command
- * (`SET … PX`, `PEXPIRE`, `DEL`) instead of a hash write plus an expiry, and so that it can be
+ * (`SET … PX`, `DEL`) instead of a hash write plus an expiry, and so that it can be
  * published as is. Owners and names never contain control characters (core/validate) and meta is
  * JSON text (one line), so the newlines split it unambiguously. A holder is recognised by the
  * value's head `owner \n term \n`, which the client sends: comparing that one string is the
@@ -55,26 +55,26 @@ return {1, v, tonumber(ARGV[3])}
 );
 
 /**
+ * Lua: extend the live lease `v` at `key`, whose value starts with `head`, to `ttl` ms: its ttl
+ * field is rewritten and its expiry set in one `SET … PX` (the rest of the value, meta, is kept).
+ */
+const EXTEND = (key: string, head: string, ttl: string): string =>
+  `v = ${head} .. ${ttl} .. string.sub(v, (string.find(v, '\\n', #${head} + 1, true)))
+redis.call('SET', ${key}, v, 'PX', ${ttl})`;
+
+/**
  * KEYS: lease. ARGV: head (`owner \n term \n`), ttlMs. Compare-and-set on owner and term (safety
- * rule 6): only a live lease whose value starts with head is extended. An unchanged ttl is a bare
- * PEXPIRE; a new one rewrites the value's ttl field too.
+ * rule 6): only a live lease whose value starts with head is extended.
  */
 export const renewScript = new LuaScript(
   'renew',
   `
 local v = redis.call('GET', KEYS[1])
 if not v then return {0} end
-local n = #ARGV[1]
-if string.sub(v, 1, n) ~= ARGV[1] then
+if string.sub(v, 1, #ARGV[1]) ~= ARGV[1] then
   return {0, v, redis.call('PTTL', KEYS[1])}
 end
-local c = string.find(v, '\\n', n + 1, true)
-if string.sub(v, n + 1, c - 1) == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-else
-  v = ARGV[1] .. ARGV[2] .. string.sub(v, c)
-  redis.call('SET', KEYS[1], v, 'PX', ARGV[2])
-end
+${EXTEND('KEYS[1]', 'ARGV[1]', 'ARGV[2]')}
 return {1, v, tonumber(ARGV[2])}
 `,
 );
@@ -91,17 +91,10 @@ local ttl = ARGV[1]
 for i, key in ipairs(KEYS) do
   local v = redis.call('GET', key)
   local head = ARGV[i + 1]
-  local n = #head
   if not v then
     out[i] = {0}
-  elseif string.sub(v, 1, n) == head then
-    local c = string.find(v, '\\n', n + 1, true)
-    if string.sub(v, n + 1, c - 1) == ttl then
-      redis.call('PEXPIRE', key, ttl)
-    else
-      v = head .. ttl .. string.sub(v, c)
-      redis.call('SET', key, v, 'PX', ttl)
-    end
+  elseif string.sub(v, 1, #head) == head then
+    ${EXTEND('key', 'head', 'ttl')}
     out[i] = {1, v, tonumber(ttl)}
   else
     out[i] = {0, v, redis.call('PTTL', key)}

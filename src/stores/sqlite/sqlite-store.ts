@@ -148,7 +148,7 @@ export class SqliteStore implements Store {
     const giveUpAt = performance.now() + setupMs;
     for (let attempt = 1; ; attempt++) {
       try {
-        this.db.exec(`PRAGMA busy_timeout = ${setupMs}`);
+        if (attempt === 1) this.db.exec(`PRAGMA busy_timeout = ${setupMs}`);
         this.db.exec('PRAGMA journal_mode = WAL');
         this.db.exec('PRAGMA synchronous = FULL');
         this.createSchema();

@@ -10,8 +10,8 @@
 import type { Benchmark, BenchResult } from './lib/types.js';
 import { metric } from './lib/stats.js';
 import { pathToFileURL } from 'node:url';
-import { SeededRandom } from '../src/core/random.js';
-import { MemoryStorage, NONE, RawNode, type ConfState, type Message, type NodeId } from '../src/raft/core/index.js';
+import type { ConfState, Message, NodeId } from '../src/raft/core/index.js';
+import { MemoryStorage, NONE, RawNode, SeededRandom } from './lib/built.js';
 
 export interface RaftBenchOptions {
   /** Entries to commit per batch size (default 200,000). */

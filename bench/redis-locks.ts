@@ -49,8 +49,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
-import { Lock, Redlock } from '../src/locks/index.js';
-import { RedisStore } from '../src/stores/redis/index.js';
+import { Lock, RedisStore, Redlock } from './lib/built.js';
 import { delay, msBetween, nowNs } from '../test/fixtures/harness.js';
 import { startServers } from '../test/stores/redis-servers.js';
 import type { RedisServer } from '../test/stores/redis-servers.js';
@@ -68,7 +67,7 @@ const PAUSE_MS = 20;
 /** Operations in flight in the concurrent measurement, each on its own key. */
 const CONCURRENT = 16;
 /** Acquire + release operations per worker per round in the concurrent measurement. */
-const CONCURRENT_OPS_PER_WORKER = 100;
+const CONCURRENT_OPS_PER_WORKER = 400;
 
 interface NodeRedlockLock {
   unlock(): Promise<void>;

@@ -8,15 +8,16 @@
  *    A third variant, the sequenced INSERT, is the append without its fence (bump a stream head,
  *    insert at that position), to show where the append's cost goes. Each round runs every
  *    variant once, in turn (reversed every other round), so that a change in the machine's load
- *    hits all alike; each round gives one throughput ratio.
+ *    hits all alike; each round gives one throughput ratio. On MySQL a fourth variant is the
+ *    plain INSERT through mysql2's callback API, as the store itself sends statements: the ratio
+ *    to it is the cost of the fence and the sequence number alone, without the promise layer.
  *  - One node holding 10,000 leases: `renewMany` of all of them, its time per call, and how many
  *    statements (round trips) the store sent per call, counted by wrapping the driver's pool.
  */
 import mysql from 'mysql2/promise';
 import pg from 'pg';
-import { MysqlStore } from '../src/stores/mysql/index.js';
 import type { MysqlPool } from '../src/stores/mysql/index.js';
-import { PostgresStore } from '../src/stores/postgres/index.js';
+import { MysqlStore, PostgresStore } from './lib/built.js';
 import type { PgPool } from '../src/stores/postgres/index.js';
 import type { FencingToken, Store } from '../src/index.js';
 import { msBetween, nowNs } from '../test/fixtures/harness.js';
@@ -67,6 +68,8 @@ interface Server {
   /** The store's stream table and a plain copy of it (same columns and primary key). */
   createPlainTable(): Promise<void>;
   plainInsert(stream: string, seq: number, lease: string, term: number, payload: string): Promise<void>;
+  /** The same INSERT through the driver's callback API, where the store itself uses it (mysql2: the store skips the promise layer). */
+  plainInsertCore?(stream: string, seq: number, lease: string, term: number, payload: string): Promise<void>;
   /** The append without the fence: bump a stream head and insert the entry at that position, atomically. */
   sequencedInsert(stream: string, lease: string, term: number, payload: string): Promise<void>;
   close(): Promise<void>;
@@ -131,12 +134,17 @@ async function mysqlServer(url: string): Promise<Server> {
     counter,
     createPlainTable: async () => {
       await pool.query('CREATE TABLE bench_plain LIKE tenure_streams');
+      await pool.query('CREATE TABLE bench_core LIKE tenure_streams');
       await pool.query('CREATE TABLE bench_seq LIKE tenure_streams');
       await pool.query('CREATE TABLE bench_heads LIKE tenure_stream_heads');
     },
     plainInsert: async (stream, seq, lease, term, payload) => {
       await pool.execute('INSERT INTO bench_plain (stream, seq, lease, term, payload) VALUES (?, ?, ?, ?, ?)', [stream, seq, lease, term, payload]);
     },
+    plainInsertCore: (stream, seq, lease, term, payload) =>
+      new Promise<void>((resolve, reject) => {
+        pool.pool.execute('INSERT INTO bench_core (stream, seq, lease, term, payload) VALUES (?, ?, ?, ?, ?)', [stream, seq, lease, term, payload], (err) => (err ? reject(err) : resolve()));
+      }),
     sequencedInsert: async (stream, lease, term, payload) => {
       const c = await pool.getConnection();
       try {
@@ -168,7 +176,7 @@ function sqlBenchmark(kind: 'postgres' | 'mysql'): Benchmark {
   const description =
     `On ${kind === 'postgres' ? 'PostgreSQL' : 'MySQL/MariaDB'}, one client, one call at a time: fenced append (appendFenced, the term checked in the same ` +
     `${kind === 'postgres' ? 'statement' : 'transaction'} as the write) vs a plain INSERT into a copy of the store's stream table (same columns and primary key, no check), ` +
-    `and vs a sequenced INSERT (the append minus its fence), ${ROUNDS} rounds of ${OPS_PER_ROUND} each, the variants in turn. Then one node holding ${LEASES} leases renews them all with renewMany, ${RENEW_ROUNDS} times ` +
+    `and vs a sequenced INSERT (the append minus its fence)${kind === 'mysql' ? ", and vs the plain INSERT through mysql2's callback API (the store sends its statements that way, skipping the promise layer's per-call stack capture)" : ''}, ${ROUNDS} rounds of ${OPS_PER_ROUND} each, the variants in turn. Then one node holding ${LEASES} leases renews them all with renewMany, ${RENEW_ROUNDS} times ` +
     `(an elector at TTL 2 s renews every ${RENEW_INTERVAL_MS} ms); statements sent per call are counted at the driver.`;
   return {
     name,
@@ -200,13 +208,21 @@ function sqlBenchmark(kind: 'postgres' | 'mysql'): Benchmark {
         const sequenced = async (): Promise<void> => {
           await server.sequencedInsert('bench-log', 'writer', token.term, payload(seqN++));
         };
+        let coreSeq = 0;
+        const core = server.plainInsertCore;
+        const insertCore = async (): Promise<void> => {
+          coreSeq++;
+          await core!('bench-log', coreSeq, 'writer', token.term, payload(coreSeq));
+        };
         const variants = [
           { id: 'append', op: append, lat: [] as number[], rate: [] as number[] },
           { id: 'insert', op: insert, lat: [] as number[], rate: [] as number[] },
           { id: 'sequenced', op: sequenced, lat: [] as number[], rate: [] as number[] },
+          ...(core ? [{ id: 'core', op: insertCore, lat: [] as number[], rate: [] as number[] }] : []),
         ];
         for (let i = 0; i < WARMUP; i++) for (const v of variants) await v.op();
         const ratios: number[] = [];
+        const coreRatios: number[] = [];
         for (let r = 0; r < ROUNDS; r++) {
           // Visit the variants in turn, the order reversed every other round.
           const rate = new Map<string, number>();
@@ -222,8 +238,9 @@ function sqlBenchmark(kind: 'postgres' | 'mysql'): Benchmark {
             rate.set(v.id, ops);
           }
           ratios.push(rate.get('append')! / rate.get('insert')!);
+          if (core) coreRatios.push(rate.get('append')! / rate.get('core')!);
         }
-        const [appendV, insertV, seqV] = variants as [(typeof variants)[0], (typeof variants)[0], (typeof variants)[0]];
+        const [appendV, insertV, seqV, coreV] = variants as [(typeof variants)[0], (typeof variants)[0], (typeof variants)[0], (typeof variants)[0] | undefined];
         options.log(`${name}: append vs insert done`);
         const { counted } = server;
         await counted.read('writer'); // its schema check, so that what follows counts only the append
@@ -276,6 +293,12 @@ function sqlBenchmark(kind: 'postgres' | 'mysql'): Benchmark {
             metric('plain-insert-rate', 'plain INSERTs per second, one client (samples: rounds)', insertV.rate, undefined, 'ops/s'),
             metric('sequenced-insert-rate', 'sequenced INSERTs per second, one client (samples: rounds)', seqV.rate, undefined, 'ops/s'),
             metric('append/insert', 'fenced append throughput / plain INSERT throughput, in the same round', ratios, { stat: 'p50', min: 0.85, label: '0.85x' }, 'x'),
+            ...(coreV
+              ? [
+                  metric('plain-insert-core', "latency of the same plain INSERT through mysql2's callback API (pool.pool.execute), as the store sends its statements: without the promise layer's per-call cost", coreV.lat),
+                  metric('append/insert-core', 'fenced append throughput / that callback-API INSERT throughput, in the same round: the cost of the fence and the sequence number alone', coreRatios, undefined, 'x'),
+                ]
+              : []),
             metric('renewMany-10k', `time of one renewMany call renewing all ${LEASES} leases`, renewLat),
             metric('renewMany-statements', `statements (round trips) the store sent per renewMany call of ${LEASES} leases, counted at the driver`, statements, { stat: 'max', max: 1, label: 'one round trip' }, 'count'),
           ],

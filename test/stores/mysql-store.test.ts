@@ -200,6 +200,70 @@ describe('mysql store: on the shared server', () => {
     stop();
   });
 
+  it('appends at the head it remembers, reading only the fence, and falls back when another writer moved the head or the fence', async () => {
+    // Every statement the store sends, through a pool of the user's that records them.
+    const sent: string[] = [];
+    const recording = {
+      getConnection: async () => {
+        const c = await pool.getConnection();
+        return new Proxy(c, {
+          get(t, prop) {
+            const v: unknown = Reflect.get(t, prop, t);
+            if (typeof v !== 'function') return v;
+            if (prop === 'execute' || prop === 'query') {
+              return (sql: string | { sql: string }, ...rest: unknown[]) => {
+                sent.push(typeof sql === 'string' ? sql : sql.sql);
+                return (v as (...a: unknown[]) => unknown).call(t, sql, ...rest);
+              };
+            }
+            return (v as (...a: unknown[]) => unknown).bind(t);
+          },
+        });
+      },
+      end: async () => {},
+    };
+    const a = open({ pool: recording as unknown as MysqlPool, tablePrefix: 'heads_' });
+    const b = open({ pool, tablePrefix: 'heads_' }); // another writer on the same tables
+    const held = await a.acquire('w', 'a~1', 30_000);
+    if (!held.acquired) throw new Error('not acquired');
+    const token = { lease: 'w', term: held.lease.term };
+    const written = new Map<number, string>();
+    const append = async (s: MysqlStore, payload: string): Promise<number> => {
+      const seq = await s.appendFenced(token, 'log', payload);
+      expect(written.has(seq)).toBe(false);
+      written.set(seq, payload);
+      return seq;
+    };
+
+    expect(await append(a, 'a1')).toBe(1); // the first of a term: the general case
+    sent.length = 0;
+    expect(await append(a, 'a2')).toBe(2);
+    expect(await append(a, 'a3')).toBe(3);
+    // At the remembered head: one statement each, which reads no stream entry (no MAX(seq)).
+    expect(sent).toHaveLength(2);
+    expect(sent.every((q) => q.includes('INSERT') && !q.includes('MAX('))).toBe(true);
+
+    // Another writer moves the head: a's next position is taken, and it falls back.
+    expect(await append(b, 'b1')).toBe(4);
+    expect(await append(a, 'a4')).toBe(5);
+    // Both at once, many calls each: every seq once, 6..45, no gap.
+    const seqs = await Promise.all(Array.from({ length: 40 }, (_, i) => append(i % 2 ? a : b, `c${i}`)));
+    expect([...seqs].sort((x, y) => x - y)).toEqual(Array.from({ length: 40 }, (_, i) => i + 6));
+    const entries = await b.readStream('log', { after: 0, limit: 100 });
+    expect(entries.map((e) => e.seq)).toEqual(Array.from({ length: 45 }, (_, i) => i + 1));
+    for (const e of entries) expect(e.payload).toBe(written.get(e.seq));
+
+    // A new term raises the fence: a's remembered head finds no fence at its term, and the
+    // general case refuses it with nothing written.
+    expect(await a.release('w', 'a~1', token.term)).toBe(true);
+    const next = await b.acquire('w', 'b~1', 30_000);
+    if (!next.acquired) throw new Error('not acquired');
+    expect(await b.appendFenced({ lease: 'w', term: next.lease.term }, 'log', 'new term')).toBe(46);
+    await expect(a.appendFenced(token, 'log', 'stale')).rejects.toBeInstanceOf(StaleTermError);
+    const after = await a.readStream('log', { after: 45, limit: 10 });
+    expect(after.map((e) => [e.seq, e.payload])).toEqual([[46, 'new term']]);
+  });
+
   it('renews 10,000 leases in one statement and reports the lost ones', async () => {
     const store = open({ tablePrefix: 'many_', timeoutMs: 30_000 });
     await store.migrate();

@@ -30,6 +30,49 @@ export interface MysqlPool {
   end(): Promise<void>;
 }
 
+/** mysql2's callback-style pool connection, as a promise PoolConnection exposes it (`.connection`). */
+interface CoreConnection {
+  execute(sql: string, values: MysqlValue[] | undefined, cb: (err: Error | null, result?: unknown, fields?: unknown) => void): void;
+  query(sql: string, values: MysqlValue[] | undefined, cb: (err: Error | null, result?: unknown, fields?: unknown) => void): void;
+  release(): void;
+  destroy(): void;
+}
+
+/** mysql2's callback-style pool, as a promise Pool exposes it (`.pool`, public in mysql2's types). */
+interface CorePool {
+  getConnection(cb: (err: Error | null, conn?: CoreConnection) => void): void;
+}
+
+function isCorePool(v: unknown): v is CorePool {
+  return typeof v === 'object' && v !== null && typeof (v as { getConnection?: unknown }).getConnection === 'function';
+}
+
+/**
+ * How to check out a connection of `pool`. For a mysql2 promise pool, straight from the callback
+ * pool underneath it (`pool.pool`), with a thin promise around each call: mysql2's promise layer
+ * captures a stack trace for every call, which costs about a tenth of a one-row INSERT's time on
+ * the client (measured: 30 µs of ~320 µs per call on this machine). Anything else shaped like a
+ * pool is used through its own getConnection().
+ */
+export function connector(pool: MysqlPool): () => Promise<MysqlConnection> {
+  const core = (pool as { pool?: unknown }).pool;
+  if (!isCorePool(core)) return () => pool.getConnection();
+  return () =>
+    new Promise<MysqlConnection>((resolve, reject) => {
+      core.getConnection((err, conn) => (err || !conn ? reject(err ?? new Error('mysql2 gave no connection')) : resolve(lean(conn))));
+    });
+}
+
+function lean(c: CoreConnection): MysqlConnection {
+  const call =
+    (method: 'execute' | 'query') =>
+    (sql: string, values?: MysqlValue[]): Promise<MysqlResult> =>
+      new Promise<MysqlResult>((resolve, reject) => {
+        c[method](sql, values, (err, result, fields) => (err ? reject(err) : resolve([result, fields])));
+      });
+  return { execute: call('execute'), query: call('query'), release: () => c.release(), destroy: () => c.destroy() };
+}
+
 interface Mysql2Promise {
   createPool(config: Record<string, unknown>): MysqlPool;
 }

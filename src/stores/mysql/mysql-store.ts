@@ -5,9 +5,12 @@
  *   time (safety rule 1). The client's wall clock is never sent or compared.
  * - acquire is one short transaction (`SELECT … FOR UPDATE`, decide, write) in which the term is
  *   bumped; renew, release and renewMany are one compare-and-set UPDATE each (rules 4, 6); the
- *   fence row is locked FOR UPDATE and checked in the same transaction as the append (rule 5).
- *   appendFenced and renewMany are each one CALL of a stored procedure made by the migration
- *   (one round trip). Transactions that lose a deadlock are rolled back by the server and retried.
+ *   fence is checked in the same statement or transaction as the append (rule 5). appendFenced
+ *   is one statement under the fence's current term (at the stream head the store remembers, or
+ *   the table's), otherwise one CALL of a stored procedure; renewMany is one CALL. Transactions
+ *   that lose a deadlock are rolled back by the server and retried.
+ * - Statements go through mysql2's callback API under a mysql2 promise pool (see connector); calls
+ *   are bounded by one shared timer (PooledCalls, as in the PostgreSQL store).
  * - The schema is created on first use under `GET_LOCK`, with a version row.
  * - No push: MySQL has no LISTEN/NOTIFY. Candidates wake at the server-reported expiry. With
  *   `watchPollMs` set, `watch()` polls the watched leases at that interval so a graceful release
@@ -50,7 +53,8 @@ import type {
   Unsubscribe,
   WatchListener,
 } from '../../core/index.js';
-import { loadMysql2 } from './driver.js';
+import { PooledCalls } from '../pooled-calls.js';
+import { connector, loadMysql2 } from './driver.js';
 import type { MysqlConnection, MysqlPool, MysqlValue } from './driver.js';
 import { SCHEMA_VERSION, buildSql, checkPrefix } from './sql.js';
 import type { MysqlSql } from './sql.js';
@@ -80,6 +84,9 @@ interface Watched {
 /** Transactions that lost a deadlock or a race to insert the same new row: safe to run again. */
 const RETRYABLE = new Set([1213 /* ER_LOCK_DEADLOCK */, 1062 /* ER_DUP_ENTRY */]);
 
+/** Stream heads remembered per store (appends to other streams read the head from the table). */
+const HEADS_KEPT = 1024;
+
 export class MysqlStore implements Store {
   readonly kind = 'mysql';
   /** host:port, as named in error messages. */
@@ -91,11 +98,16 @@ export class MysqlStore implements Store {
   private readonly ownsPool: boolean;
   private readonly sql: MysqlSql;
   private readonly timeoutMs: number;
-  private schemaReady: Promise<void> | null = null;
+  /** Calls on pooled connections, within timeoutMs, after the schema check (see PooledCalls). */
+  private readonly calls: PooledCalls<MysqlConnection>;
   private closed = false;
   private readonly watched = new Map<string, Watched>();
   private pollTimer: NodeJS.Timeout | null = null;
   private polling = false;
+  /** Per stream, the head this store last wrote or saw (see noteHead), least recently used first. */
+  private readonly heads = new Map<string, number>();
+  /** Streams with an append at a remembered head in flight. */
+  private readonly headBusy = new Set<string>();
 
   constructor(options: MysqlStoreOptions) {
     if ((options.url === undefined) === (options.pool === undefined)) {
@@ -121,6 +133,15 @@ export class MysqlStore implements Store {
       this.endpoint = poolEndpoint(this.pool);
       this.ownsPool = false;
     }
+    this.calls = new PooledCalls<MysqlConnection>({
+      timeoutMs: this.timeoutMs,
+      checkout: connector(this.pool),
+      handBack: (c, destroy) => (destroy ? c.destroy() : c.release()),
+      dropAfter: (err) => !(err instanceof TenureError) && isFatal(err),
+      prepare: (c) => this.createSchema(c),
+      timedOut: (operation) => new StoreUnavailableError(`mysql store ${this.endpoint}: ${operation} got no answer within ${this.timeoutMs} ms; the outcome is unknown`),
+      failed: (operation, err) => this.translate(operation, err),
+    });
     if (options.watchPollMs !== undefined) {
       const pollMs = checkMs('watchPollMs', options.watchPollMs, 5, 600_000);
       this.watch = (name, listener) => this.pollWatch(name, listener, pollMs);
@@ -231,31 +252,69 @@ export class MysqlStore implements Store {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
-    return this.run('appendFenced', (c) =>
-      this.retrying(async () => {
-        // Usually one statement: the term is already the fence's (see appendFast in sql.ts).
-        const [fast] = await c.execute(this.sql.appendFast, [stream, stream, token.lease, token.term, payload, token.lease, token.term]);
-        const written = fast as { affectedRows?: number; insertId?: number };
-        if (written.affectedRows === 1) {
-          const seq = Number(written.insertId);
-          if (!Number.isSafeInteger(seq) || seq < 1) throw new Error(`the append to ${stream} returned no sequence number`);
-          return seq;
+    return this.run('appendFenced', async (c) => {
+      let fenceMoved = false;
+      const known = this.heads.get(stream);
+      if (known !== undefined && !this.headBusy.has(stream)) {
+        // The stream head this store last wrote or saw: the entry goes at head + 1, and the
+        // statement reads only the fence row (see appendAt in sql.ts). One call per stream at a
+        // time, so that a failed call never leaves a gap under a later one.
+        this.headBusy.add(stream);
+        try {
+          const seq = known + 1;
+          if (affected(await c.execute(this.sql.appendAt, [stream, seq, token.lease, token.term, payload, token.lease, token.term])) === 1) {
+            this.noteHead(stream, seq);
+            return seq;
+          }
+          fenceMoved = true; // the fence does not hold exactly this term: the general case
+        } catch (err) {
+          this.heads.delete(stream);
+          if ((err as { errno?: unknown }).errno !== 1062 /* ER_DUP_ENTRY: someone else wrote there */) throw err;
+        } finally {
+          this.headBusy.delete(stream);
+        }
+      }
+      const seq = await this.retrying(async () => {
+        if (!fenceMoved) {
+          // Usually one statement: the term is already the fence's (see appendFast in sql.ts).
+          const [fast] = await c.execute(this.sql.appendFast, [stream, stream, token.lease, token.term, payload, token.lease, token.term]);
+          const written = fast as { affectedRows?: number; insertId?: number };
+          if (written.affectedRows === 1) {
+            const n = Number(written.insertId);
+            if (!Number.isSafeInteger(n) || n < 1) throw new Error(`the append to ${stream} returned no sequence number`);
+            return n;
+          }
         }
         // Otherwise one CALL, one round trip: the procedure locks the fence row, checks and
         // raises the term, and writes the entry in one transaction (see sql.ts).
         const row = (await callRows(c, this.sql.append, [token.lease, token.term, stream, payload]))[0];
         if (!row) throw new Error(`the append procedure reported nothing for stream ${stream}`);
         if (row.seq !== null && row.seq !== undefined) {
-          const seq = Number(row.seq);
-          if (!Number.isSafeInteger(seq) || seq < 1) throw new Error(`stream head for ${stream} returned no sequence number`);
-          return seq;
+          const n = Number(row.seq);
+          if (!Number.isSafeInteger(n) || n < 1) throw new Error(`stream head for ${stream} returned no sequence number`);
+          return n;
         }
         const highest = row.highest === null || row.highest === undefined ? 0 : Number(row.highest);
         const issued = row.issued === null || row.issued === undefined ? 0 : Number(row.issued);
         if (decideFence(token.term, highest, issued) === 'stale') throw new StaleTermError(token.lease, token.term, highest);
         throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
-      }),
-    );
+      });
+      this.noteHead(stream, seq);
+      return seq;
+    });
+  }
+
+  /**
+   * Remember `seq` as written to `stream` (committed: every position up to it is taken, since
+   * entries are only ever written at the head + 1). A remembered head is never above the table's,
+   * so writing at it + 1 either extends the stream without a gap or collides with an entry
+   * someone else wrote. The most recently used streams are kept, up to HEADS_KEPT.
+   */
+  private noteHead(stream: string, seq: number): void {
+    const known = this.heads.get(stream);
+    this.heads.delete(stream);
+    this.heads.set(stream, known === undefined || seq > known ? seq : known);
+    if (this.heads.size > HEADS_KEPT) this.heads.delete(this.heads.keys().next().value!);
   }
 
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
@@ -288,54 +347,9 @@ export class MysqlStore implements Store {
    */
   private run<T>(operation: string, fn: (c: MysqlConnection) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new ClosedError('mysql store'));
-    return new Promise<T>((resolve, reject) => {
-      let settled = false;
-      let conn: MysqlConnection | null = null;
-      let done = false;
-      const finish = (destroy: boolean): void => {
-        if (!conn || done) return;
-        done = true;
-        if (destroy) conn.destroy();
-        else conn.release();
-      };
-      const timer = setTimeout(() => {
-        if (settled) return;
-        settled = true;
-        finish(true);
-        reject(new StoreUnavailableError(`mysql store ${this.endpoint}: ${operation} got no answer within ${this.timeoutMs} ms; the outcome is unknown`));
-      }, this.timeoutMs);
-      const work = async (): Promise<T> => {
-        conn = await this.pool.getConnection();
-        if (settled) {
-          finish(true);
-          throw new Error('abandoned');
-        }
-        try {
-          await this.ensureSchema(conn);
-          const result = await fn(conn);
-          finish(false);
-          return result;
-        } catch (err) {
-          finish(!(err instanceof TenureError) && isFatal(err));
-          throw err;
-        }
-      };
-      work().then(
-        (value) => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (err: unknown) => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          reject(this.translate(operation, err));
-        },
-      );
-    });
+    return this.calls.run(operation, fn);
   }
+
 
   /** `fn`, run again when it lost a deadlock or an insert race (rolled back whole by the server). */
   private async retrying<T>(fn: () => Promise<T>): Promise<T> {
@@ -371,17 +385,6 @@ export class MysqlStore implements Store {
         throw err;
       }
     }
-  }
-
-  private async ensureSchema(c: MysqlConnection): Promise<void> {
-    if (!this.schemaReady) {
-      const p = this.createSchema(c);
-      this.schemaReady = p;
-      p.catch(() => {
-        if (this.schemaReady === p) this.schemaReady = null; // try again on the next call
-      });
-    }
-    await this.schemaReady;
   }
 
   private async createSchema(c: MysqlConnection): Promise<void> {

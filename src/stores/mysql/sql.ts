@@ -52,6 +52,7 @@ export interface MysqlSql {
   readonly readAny: string;
   readonly list: string;
   readonly appendFast: string;
+  readonly appendAt: string;
   readonly append: string;
   readonly highest: string;
   readonly readStream: string;
@@ -155,6 +156,13 @@ export function buildSql(prefix: string): MysqlSql {
       INSERT INTO ${S} (stream, seq, lease, term, payload)
       SELECT ?, LAST_INSERT_ID(COALESCE((SELECT MAX(x.seq) FROM ${S} AS x WHERE x.stream = ?), 0) + 1), ?, ?, ?
       FROM ${F} AS f WHERE f.name = ? AND f.max_term = ? LOCK IN SHARE MODE`,
+    // The same at a position the caller already knows (the stream head this store last wrote or
+    // saw + 1), so that the statement reads only the fence row: the stream's primary key refuses
+    // the position if anyone wrote it meanwhile (ER_DUP_ENTRY), and the caller falls back to
+    // appendFast. (stream, seq, lease, term, payload, lease, term)
+    appendAt: `
+      INSERT INTO ${S} (stream, seq, lease, term, payload)
+      SELECT ?, ?, ?, ?, ? FROM ${F} AS f WHERE f.name = ? AND f.max_term = ? LOCK IN SHARE MODE`,
     // (lease, term, stream, payload)
     append: `CALL ${appendProc}(?, ?, ?, ?)`,
     highest: `SELECT max_term FROM ${F} WHERE name = ?`,

@@ -45,6 +45,7 @@ import type {
   Unsubscribe,
   WatchListener,
 } from '../../core/index.js';
+import { PooledCalls } from '../pooled-calls.js';
 import { loadPg } from './driver.js';
 import type { PgNotification, PgPool, PgPoolClient, PgQueryResult } from './driver.js';
 import { SCHEMA_VERSION, buildSql, checkPrefix } from './sql.js';
@@ -98,7 +99,8 @@ export class PostgresStore implements Store {
   private readonly reconnectMs: number;
   /** Statement name per key (empty when prepared statements are off). */
   private readonly names: Readonly<Record<StatementKey, string>> | null;
-  private schemaReady: Promise<void> | null = null;
+  /** Calls on pooled clients, within timeoutMs, after the schema check (see PooledCalls). */
+  private readonly calls: PooledCalls<PgPoolClient>;
   private closed = false;
   private readonly watched = new Map<string, Watched>();
   private listener: Promise<void> | null = null;
@@ -150,6 +152,27 @@ export class PostgresStore implements Store {
     // through their queries' rejections. (Found by the chaos suite's restart-store fault.)
     this.pool.on?.('connect', (client: PgPoolClient) => {
       client.on('error', () => {});
+    });
+    const pool = this.pool;
+    this.calls = new PooledCalls<PgPoolClient>({
+      timeoutMs: this.timeoutMs,
+      // A checked-out client whose connection dies emits 'error'; unheard, that would end the
+      // process (a user's own pool may have clients without our lifelong listener). The failure
+      // reaches the caller through the query's own rejection.
+      checkout: () =>
+        pool.connect().then((c) => {
+          c.on('error', ignoreError);
+          return c;
+        }),
+      handBack: (c, destroy) => {
+        // Back in the pool, the pool listens again; a dropped client keeps our listener while it ends.
+        if (!destroy) c.removeListener('error', ignoreError);
+        c.release(destroy);
+      },
+      dropAfter: (err) => !isServerError(err),
+      prepare: (c) => this.createSchema(c),
+      timedOut: (operation) => new StoreUnavailableError(`postgres store ${this.endpoint}: ${operation} got no answer within ${this.timeoutMs} ms; the outcome is unknown`),
+      failed: (operation, err) => this.translate(operation, err),
     });
   }
 
@@ -301,72 +324,9 @@ export class PostgresStore implements Store {
    */
   private run<T>(operation: string, fn: (c: PgPoolClient) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new ClosedError('postgres store'));
-    return new Promise<T>((resolve, reject) => {
-      let settled = false;
-      let client: PgPoolClient | null = null;
-      let released = false;
-      // A checked-out client whose connection dies emits 'error'; unheard, that would end the
-      // process. The failure reaches the caller through the query's own rejection.
-      const onError = (): void => {};
-      const release = (destroy: boolean): void => {
-        if (client && !released) {
-          released = true;
-          // Back in the pool, the pool listens again; a dropped client keeps our listener while it ends.
-          if (!destroy) client.removeListener('error', onError);
-          client.release(destroy);
-        }
-      };
-      const timer = setTimeout(() => {
-        if (settled) return;
-        settled = true;
-        release(true);
-        reject(new StoreUnavailableError(`postgres store ${this.endpoint}: ${operation} got no answer within ${this.timeoutMs} ms; the outcome is unknown`));
-      }, this.timeoutMs);
-      const work = async (): Promise<T> => {
-        const c = await this.pool.connect();
-        c.on('error', onError);
-        client = c;
-        if (settled) {
-          release(true);
-          throw new Error('abandoned');
-        }
-        try {
-          await this.ensureSchema(c);
-          const result = await fn(c);
-          release(false);
-          return result;
-        } catch (err) {
-          release(!isServerError(err));
-          throw err;
-        }
-      };
-      work().then(
-        (value) => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (err: unknown) => {
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          reject(this.translate(operation, err));
-        },
-      );
-    });
+    return this.calls.run(operation, fn);
   }
 
-  private async ensureSchema(c: PgPoolClient): Promise<void> {
-    if (!this.schemaReady) {
-      const p = this.createSchema(c);
-      this.schemaReady = p;
-      p.catch(() => {
-        if (this.schemaReady === p) this.schemaReady = null; // try again on the next call
-      });
-    }
-    await this.schemaReady;
-  }
 
   private async createSchema(c: PgPoolClient): Promise<void> {
     await c.query('BEGIN');
@@ -479,7 +439,7 @@ export class PostgresStore implements Store {
             }).catch(() => {});
           } else chain = chain.then(() => this.refresh(c, pushed.name)).catch(() => {});
         });
-        await this.ensureSchema(c);
+        await this.calls.prepare(c);
         await c.query(`LISTEN "${this.sql.channel}"`);
         backoff = this.reconnectMs;
         // Anything that changed before LISTEN (or while the connection was down) is read now.
@@ -548,6 +508,9 @@ function first(r: PgQueryResult): Record<string, unknown> {
 }
 
 /** An error the server answered with (the connection is still good), as opposed to a lost connection. */
+/** The listener a checked-out client carries while a call uses it (see the store's constructor). */
+function ignoreError(): void {}
+
 function isServerError(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const e = err as Error & { code?: unknown; severity?: unknown };

@@ -9,17 +9,7 @@ import { EtcdElection, EtcdStore } from '../../src/stores/etcd/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { startEtcd, sleep, unique, waitUntil } from './etcd-harness.js';
 import type { EtcdCluster } from './etcd-harness.js';
-import { createServer } from 'node:net';
-
-async function unusedPort(): Promise<number> {
-  return new Promise((resolve) => {
-    const srv = createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      srv.close(() => resolve(typeof addr === 'object' && addr ? addr.port : 1));
-    });
-  });
-}
+import { freePort as unusedPort } from '../fixtures/ports.js';
 
 describe('etcd unreachable', () => {
   it('rejects every call with StoreUnavailableError, promptly', async () => {

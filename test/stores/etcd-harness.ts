@@ -10,10 +10,10 @@ import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EtcdStore } from '../../src/stores/etcd/index.js';
+import { freePort } from '../fixtures/ports.js';
 
 export interface EtcdMember {
   readonly name: string;
@@ -63,17 +63,6 @@ export function etcdInstalled(): boolean {
   return ['/usr/bin/etcd', '/usr/local/bin/etcd'].some((p) => existsSync(p)) || (process.env.PATH ?? '').split(':').some((d) => existsSync(join(d, 'etcd')));
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 function tempRoot(): string {
   // tmpfs when there is one: etcd fsyncs every commit, and tests commit a lot.

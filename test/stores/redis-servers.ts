@@ -5,9 +5,12 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../fixtures/ports.js';
+
+export { freePort };
 
 /** SIGKILL a child process (resumed first, in case it was paused) and wait until it has exited. */
 export async function killAndWait(proc: ChildProcess | null): Promise<void> {
@@ -18,17 +21,6 @@ export async function killAndWait(proc: ChildProcess | null): Promise<void> {
   await exited;
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 function ping(port: number): Promise<boolean> {
   return new Promise((resolve) => {

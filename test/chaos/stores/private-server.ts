@@ -8,6 +8,9 @@ import type { ChildProcess } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import net from 'node:net';
 import type { Endpoint } from '../proxy/index.js';
+import { freePort } from '../../fixtures/ports.js';
+
+export { freePort };
 
 export interface PrivateServerOptions {
   /** For messages. */
@@ -48,18 +51,6 @@ export function missingCommand(command: string): string | null {
   } catch {
     return `${command} is not installed`;
   }
-}
-
-/** A TCP port nobody listens on right now. */
-export function freePort(host = '127.0.0.1'): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, host, () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** True when a TCP connection to `endpoint` is accepted within `timeoutMs`. */

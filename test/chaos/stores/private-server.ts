@@ -5,7 +5,7 @@
  */
 import { execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, openSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import type { Endpoint } from '../proxy/index.js';
 import { freePort } from '../../fixtures/ports.js';
@@ -50,6 +50,15 @@ export function missingCommand(command: string): string | null {
     return null;
   } catch {
     return `${command} is not installed`;
+  }
+}
+
+/** The last lines of a log file, for an error message (the run's directory may be gone by the time anyone reads it). */
+function logTail(path: string, chars = 1500): string {
+  try {
+    return readFileSync(path, 'utf8').slice(-chars);
+  } catch {
+    return '(unreadable)';
   }
 }
 
@@ -125,7 +134,7 @@ export class PrivateServer {
     });
     const until = performance.now() + (o.readyTimeoutMs ?? 20_000);
     for (;;) {
-      if (exitInfo !== null) throw new Error(`${o.name} did not start (${exitInfo})${o.logFile ? `; see ${o.logFile}` : ''}`);
+      if (exitInfo !== null) throw new Error(`${o.name} did not start (${exitInfo})${o.logFile ? `; the end of ${o.logFile}:\n${logTail(o.logFile)}` : ''}`);
       if ((await canConnect(this.endpoint, 300)) && (!o.ready || (await o.ready(this.endpoint).catch(() => false)))) return;
       if (performance.now() > until) {
         await this.kill();

@@ -151,6 +151,11 @@ class NodeProc {
     }
   }
 
+  /** Ask the node to give up what it leads now (it campaigns again after a renew interval). */
+  resign(): void {
+    if (this.child?.connected && this.state === 'running') this.child.send({ type: 'resign' });
+  }
+
   resume(): void {
     if (this.child && this.state === 'paused') {
       this.child.kill('SIGCONT');
@@ -294,7 +299,7 @@ class Nemesis {
           chosen.push(this.inject(kind, null));
           continue;
         }
-        const target = this.pickNode(used, kind === 'pause' || kind === 'kill' || proxyFaults.includes(kind));
+        const target = this.pickNode(used, kind === 'pause' || kind === 'kill' || kind === 'resign' || proxyFaults.includes(kind));
         if (target === null) continue;
         used.add(target.id);
         chosen.push(this.inject(kind, target));
@@ -346,6 +351,14 @@ class Nemesis {
         await sleep(down);
         e.healAt = Date.now();
         await node!.start();
+        return;
+      }
+      case 'resign': {
+        // A graceful step-down: the leader releases, handing over where the store does (PostgreSQL,
+        // etcd) to a waiting node, which may itself be paused or cut off by this cycle's other fault.
+        const e = this.begin(kind, node!.id, `(leads ${[...node!.leading.keys()].join(',') || 'nothing'})`);
+        node!.resign();
+        e.healAt = Date.now();
         return;
       }
       case 'slow': {

@@ -98,7 +98,7 @@ describe('postgres store: on the shared server', () => {
       expect(() => new PostgresStore({ url: db.url, tablePrefix: bad })).toThrow(InvalidArgumentError);
     }
     const v = await pool.query('SELECT value FROM app_a_schema WHERE key = $1', ['version']);
-    expect(v.rows).toEqual([{ value: '2' }]);
+    expect(v.rows).toEqual([{ value: '3' }]);
   });
 
   it('migrates a version 1 schema (name-only NOTIFY) in place, and pushes the state in the payload', async () => {
@@ -113,7 +113,7 @@ describe('postgres store: on the shared server', () => {
     const seen: (string | null)[] = [];
     const stop = watcher.watch('g', (l: Lease | null) => seen.push(l ? `${l.owner}@${l.term}@${l.meta.role}` : null));
     await waitFor(() => seen.length === 1, 3000, 'current holder read after LISTEN');
-    expect((await pool.query("SELECT value FROM v1_schema WHERE key = 'version'")).rows).toEqual([{ value: '2' }]);
+    expect((await pool.query("SELECT value FROM v1_schema WHERE key = 'version'")).rows).toEqual([{ value: '3' }]);
     await other.release('g', 'a~1', 1);
     await waitFor(() => seen.length === 2, 3000, 'release pushed');
     await other.acquire('g', 'b~1', 60_000, { role: 'x' });

@@ -11,6 +11,10 @@
  * - The schema is created on first use under `pg_advisory_xact_lock`, with a version row.
  * - Push: a trigger NOTIFYs on every change of holder or term, the new state in the payload; one
  *   dedicated connection LISTENs while anything is watched, and reconnects by itself when lost.
+ * - Hand-over: a candidate that waits on push (its acquire lost while this store watches the name)
+ *   keeps a reservation, refreshed by those same acquires; the holder's release gives the lease to
+ *   the freshest waiter in its own statement (term + 1, the reservation's expiry), and the waiter
+ *   claims it with no round trip when the NOTIFY names it (see `claimHandover`).
  * - Statements are named prepared statements (planned once per connection) unless turned off.
  * - Any driver failure, and any call that takes longer than `timeoutMs`, rejects with
  *   StoreUnavailableError naming host:port: the outcome is unknown (rule 3).
@@ -70,9 +74,44 @@ export interface PostgresStoreOptions {
    * (PgBouncer in transaction mode before 1.21).
    */
   preparedStatements?: boolean;
+  /**
+   * Hand the lease over on release to a candidate that waits on push (default true): a graceful
+   * handoff is then one statement, and the waiter leads without another round trip. Each waiting
+   * candidate's acquires (about one per TTL) also refresh its reservation. A candidate that dies
+   * while waiting can be handed a lease that then lapses up to 2 × TTL after its last acquire,
+   * rather than 1 × TTL; a release prefers the most recently refreshed waiter.
+   */
+  handOver?: boolean;
 }
 
-type StatementKey = 'acquire' | 'renew' | 'renewMany' | 'release' | 'read' | 'readAny' | 'list' | 'appendFast' | 'append' | 'highest' | 'readStream';
+/**
+ * A waiting candidate's reservation (see `handOver`) lasts its TTL plus this factor of it past
+ * the acquire that refreshed it: a candidate acquires about once per TTL while it waits.
+ */
+const RESERVE_EXTRA_TTLS = 1;
+/** A hand-over is claimed without a round trip only with at least the TTL and this much left (else the claim is an acquire). */
+const CLAIM_SLACK_MS = 50;
+/** Tickets remembered per reservation (a release may read a refresh older than the last). */
+const TICKETS_KEPT = 4;
+
+type StatementKey = 'acquire' | 'renew' | 'renewMany' | 'release' | 'leave' | 'read' | 'readAny' | 'list' | 'appendFast' | 'append' | 'highest' | 'readStream';
+const STATEMENTS: readonly StatementKey[] = ['acquire', 'renew', 'renewMany', 'release', 'leave', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'readStream'];
+
+/** A reservation this store keeps for a waiting candidate: what it asked for, and when each refresh was sent. */
+interface Reservation {
+  readonly ttlMs: number;
+  readonly metaText: string;
+  readonly extraMs: number;
+  /** Ticket -> the store's clock (performance.now()) when the acquire that got it was sent. */
+  readonly sentAt: Map<string, number>;
+}
+
+/** A NOTIFY (or a release through this object) that handed `name` over to `owner`. */
+interface HandedOver {
+  readonly owner: string;
+  readonly term: number;
+  readonly ticket: string;
+}
 
 /** What a watcher was last told: the term, and the owner while live. Terms only grow. */
 interface WatchState {
@@ -105,6 +144,11 @@ export class PostgresStore implements Store {
   private readonly watched = new Map<string, Watched>();
   private listener: Promise<void> | null = null;
   private stopListening: (() => void) | null = null;
+  private readonly handOver: boolean;
+  /** name -> owner -> the reservation of a candidate waiting through this store. */
+  private readonly reservations = new Map<string, Map<string, Reservation>>();
+  /** name -> the hand-over last pushed for it, until claimed or superseded. */
+  private readonly handedOver = new Map<string, HandedOver>();
 
   constructor(options: PostgresStoreOptions) {
     if ((options.url === undefined) === (options.pool === undefined)) {
@@ -119,9 +163,8 @@ export class PostgresStore implements Store {
     this.names =
       options.preparedStatements === false
         ? null
-        : (Object.fromEntries(
-            (['acquire', 'renew', 'renewMany', 'release', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'readStream'] as const).map((k) => [k, `tenure${SCHEMA_VERSION}.${this.tablePrefix}.${k}`]),
-          ) as Record<StatementKey, string>);
+        : (Object.fromEntries(STATEMENTS.map((k) => [k, `tenure${SCHEMA_VERSION}.${this.tablePrefix}.${k}`])) as Record<StatementKey, string>);
+    this.handOver = options.handOver ?? true;
     if (options.url !== undefined) {
       this.endpoint = endpointOf(options.url);
       const { Pool } = loadPg();
@@ -186,11 +229,21 @@ export class PostgresStore implements Store {
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
     const metaText = encodeMeta('meta', meta);
-    const r = await this.run('acquire', (c) => this.query(c, 'acquire', [name, owner, ttlMs, metaText]));
+    const claimed = this.claimHandover(name, owner, ttlMs, metaText);
+    if (claimed) return claimed;
+    // A candidate that waits on push keeps a reservation, so a release can hand it the lease.
+    const extraMs = this.handOver && this.watched.has(name) ? Math.ceil(ttlMs * RESERVE_EXTRA_TTLS) : 0;
+    const sentAt = performance.now();
+    const r = await this.run('acquire', (c) => this.query(c, 'acquire', [name, owner, ttlMs, metaText, extraMs]));
     const row = first(r);
     const lease = toLease(row);
     const acquired = row.acquired === true;
-    if (acquired) this.noteLocal(name, { term: lease.term, owner: lease.owner }, lease);
+    if (acquired) {
+      this.forgetReservation(name, owner);
+      this.noteLocal(name, { term: lease.term, owner: lease.owner }, lease);
+    } else if (row.ticket !== null && row.ticket !== undefined) {
+      this.noteReservation(name, owner, ttlMs, metaText, extraMs, String(row.ticket), sentAt);
+    }
     return { acquired, lease };
   }
 
@@ -221,9 +274,15 @@ export class PostgresStore implements Store {
     checkOwner('owner', owner);
     checkTerm('term', term);
     const r = await this.run('release', (c) => this.query(c, 'release', [name, owner, term]));
-    const released = r.rowCount === 1;
-    if (released) this.noteLocal(name, { term, owner: null }, null);
-    return released;
+    const row = r.rows[0];
+    if (!row) return false;
+    if (row.owner === null) this.noteLocal(name, { term, owner: null }, null);
+    else {
+      // Handed over to a waiting candidate (maybe one of this store's own).
+      const lease = toLease(row);
+      this.noteLocal(name, { term: lease.term, owner: lease.owner }, lease, row.handed === null ? undefined : String(row.handed));
+    }
+    return true;
   }
 
   async read(name: string): Promise<Lease | null> {
@@ -296,17 +355,25 @@ export class PostgresStore implements Store {
     const entry = w;
     return () => {
       entry.listeners.delete(listener);
-      if (entry.listeners.size === 0 && this.watched.get(name) === entry) this.watched.delete(name);
+      if (entry.listeners.size === 0 && this.watched.get(name) === entry) {
+        this.watched.delete(name);
+        this.handedOver.delete(name);
+        void this.leave([name]);
+      }
       if (this.watched.size === 0) this.stopListening?.();
     };
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
+    // Leave the waiting rooms first, so no release hands a lease to a closed store (bounded by
+    // timeoutMs; a store that cannot reach the server closes anyway, and its reservations lapse).
+    const leaving = this.leave([...this.reservations.keys()]);
     this.closed = true;
     this.watched.clear();
+    this.handedOver.clear();
     this.stopListening?.();
-    await this.listener;
+    await Promise.all([this.listener, leaving]);
     if (this.ownsPool) await this.pool.end().catch(() => {});
   }
 
@@ -358,20 +425,83 @@ export class PostgresStore implements Store {
     return new StoreUnavailableError(`postgres store ${this.endpoint}: ${operation} failed: ${describe(err)}`, { cause: err });
   }
 
+  // ---- hand-over ------------------------------------------------------------------------
+
+  /**
+   * Claim a lease that a release handed over to `owner` (see `release` in sql.ts), with no round
+   * trip. The release gave it the expiry of `owner`'s reservation as of one refresh (the ticket),
+   * which is at least that refresh's send time + TTL + extra, the refresh being an acquire of
+   * ours sent before the server read its clock. With the TTL and CLAIM_SLACK_MS of that left now,
+   * the lease lives past this call's start + TTL (safety rule 2), and nobody else can hold it
+   * meanwhile: the server gives a live lease to no one else and only `owner` renews or releases
+   * it. It must still be the state the watch last reported, asked for with the same TTL and meta.
+   * Null otherwise: the acquire statement then decides (it extends our own live lease).
+   */
+  private claimHandover(name: string, owner: string, ttlMs: number, metaText: string): AcquireResult | null {
+    const h = this.handedOver.get(name);
+    if (!h || h.owner !== owner) return null;
+    this.handedOver.delete(name); // one claim per hand-over
+    const w = this.watched.get(name);
+    const res = this.reservations.get(name)?.get(owner);
+    const sentAt = res?.sentAt.get(h.ticket);
+    if (!w || w.last.term !== h.term || w.last.owner !== owner || !res || sentAt === undefined) return null;
+    if (res.ttlMs !== ttlMs || res.metaText !== metaText) return null;
+    const left = sentAt + ttlMs + res.extraMs - performance.now();
+    if (left < ttlMs + CLAIM_SLACK_MS) return null;
+    this.forgetReservation(name, owner); // the release deleted it
+    return { acquired: true, lease: { name, owner, term: h.term, meta: decodeMeta(metaText), ttlMs, remainingMs: Math.floor(left) } };
+  }
+
+  private noteReservation(name: string, owner: string, ttlMs: number, metaText: string, extraMs: number, ticket: string, sentAt: number): void {
+    if (!this.watched.has(name)) return; // unwatched meanwhile: its reservation is being left
+    let byOwner = this.reservations.get(name);
+    if (!byOwner) {
+      byOwner = new Map();
+      this.reservations.set(name, byOwner);
+    }
+    let res = byOwner.get(owner);
+    if (!res || res.ttlMs !== ttlMs || res.metaText !== metaText || res.extraMs !== extraMs) {
+      res = { ttlMs, metaText, extraMs, sentAt: new Map() };
+      byOwner.set(owner, res);
+    }
+    res.sentAt.set(ticket, sentAt);
+    if (res.sentAt.size > TICKETS_KEPT) res.sentAt.delete(res.sentAt.keys().next().value!);
+  }
+
+  private forgetReservation(name: string, owner: string): void {
+    const byOwner = this.reservations.get(name);
+    if (!byOwner?.delete(owner)) return;
+    if (byOwner.size === 0) this.reservations.delete(name);
+  }
+
+  /** Drop this store's reservations for `names` on the server (best effort: they lapse anyway). */
+  private async leave(names: readonly string[]): Promise<void> {
+    const pairs = names.flatMap((name) => [...(this.reservations.get(name)?.keys() ?? [])].map((owner) => [name, owner] as const));
+    for (const name of names) this.reservations.delete(name);
+    if (pairs.length === 0 || this.closed) return;
+    await this.run('leave', (c) => this.query(c, 'leave', [pairs.map((p) => p[0]), pairs.map((p) => p[1])])).catch(() => {});
+  }
+
   // ---- push -----------------------------------------------------------------------------
 
   /** A change made through this object: tell watchers now rather than on the NOTIFY round trip. */
-  private noteLocal(name: string, state: WatchState, lease: Lease | null): void {
+  private noteLocal(name: string, state: WatchState, lease: Lease | null, handed?: string): void {
     const w = this.watched.get(name);
-    if (w) this.advance(w, state, lease);
+    if (w) this.advance(name, w, state, lease, handed);
   }
 
-  /** Tell listeners iff `state` is newer than what they were last told and not null after null. */
-  private advance(w: Watched, state: WatchState, lease: Lease | null): void {
+  /**
+   * Tell listeners iff `state` is newer than what they were last told and not null after null.
+   * A newer state that a release handed over (`handed`: the reservation's ticket) is remembered
+   * first, for the claim its new holder's acquire makes when told.
+   */
+  private advance(name: string, w: Watched, state: WatchState, lease: Lease | null, handed?: string): void {
     const last = w.last;
     const newer = state.term > last.term || (state.term === last.term && last.owner !== null && state.owner === null);
     if (!newer) return;
     w.last = state;
+    if (handed !== undefined && state.owner !== null) this.handedOver.set(name, { owner: state.owner, term: state.term, ticket: handed });
+    else this.handedOver.delete(name);
     if (last.owner === null && state.owner === null) return;
     for (const l of [...w.listeners]) queueMicrotask(() => l(lease));
   }
@@ -383,7 +513,7 @@ export class PostgresStore implements Store {
     if (!w || !row) return;
     const live = row.live === true;
     const lease = live ? toLease(row) : null;
-    this.advance(w, { term: Number(row.term), owner: live ? String(row.owner) : null }, lease);
+    this.advance(name, w, { term: Number(row.term), owner: live ? String(row.owner) : null }, lease);
   }
 
   private startListening(): void {
@@ -432,10 +562,10 @@ export class PostgresStore implements Store {
           if (!pushed || !this.watched.has(pushed.name)) return;
           // The payload carries the new state: no read needed (in order with any pending read).
           if (pushed.state) {
-            const { name, state, lease } = pushed;
+            const { name, state, lease, handed } = pushed;
             chain = chain.then(() => {
               const w = this.watched.get(name);
-              if (w) this.advance(w, state, lease);
+              if (w) this.advance(name, w, state, lease, handed);
             }).catch(() => {});
           } else chain = chain.then(() => this.refresh(c, pushed.name)).catch(() => {});
         });
@@ -483,7 +613,7 @@ function toLease(row: Record<string, unknown>): Lease {
  * A NOTIFY payload (schema 2): `{n, t}` released, `{n, t, o, ttl, m, r}` a live holder, `{n}` too
  * large to carry (read the row). Anything else is treated as a bare name to read.
  */
-export function parsePush(payload: string): { name: string; state?: WatchState; lease: Lease | null } | null {
+export function parsePush(payload: string): { name: string; state?: WatchState; lease: Lease | null; handed?: string } | null {
   let v: unknown;
   try {
     v = JSON.parse(payload);
@@ -498,7 +628,9 @@ export function parsePush(payload: string): { name: string; state?: WatchState; 
   if (p.o === undefined || p.o === null) return { name, state: { term: p.t, owner: null }, lease: null };
   if (typeof p.o !== 'string' || typeof p.ttl !== 'number' || typeof p.r !== 'number' || typeof p.m !== 'string') return { name, lease: null };
   const lease = toLease({ name, owner: p.o, term: p.t, ttl_ms: p.ttl, meta: p.m, remaining_ms: p.r });
-  return { name, state: { term: p.t, owner: p.o }, lease };
+  // h: the reservation ticket of a hand-over (schema 3).
+  const handed = typeof p.h === 'number' && Number.isSafeInteger(p.h) ? String(p.h) : undefined;
+  return { name, state: { term: p.t, owner: p.o }, lease, ...(handed !== undefined ? { handed } : {}) };
 }
 
 function first(r: PgQueryResult): Record<string, unknown> {

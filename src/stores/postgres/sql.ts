@@ -10,8 +10,18 @@ import { checkTablePrefix } from '../../core/index.js';
  * 1: tables and a NOTIFY trigger whose payload is the lease name.
  * 2: the payload is JSON carrying the new state (see `notifyFn` below), so a watcher needs no
  *    read after a NOTIFY. Migrating 1 -> 2 replaces the trigger function; the tables are unchanged.
+ * 3: hand-over on release. A `waiters` table (a candidate that waits on push keeps a reservation
+ *    there, refreshed by its own acquires), a ticket sequence, a `handed` column on leases (the
+ *    ticket of the reservation a release handed the lease to) and `h` in the NOTIFY payload.
+ *    Migrating 2 -> 3 adds them; existing rows are unchanged.
  */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
+
+/**
+ * A release hands over only to a reservation with at least the waiter's TTL and this much more
+ * left by the server's clock (one that is about to lapse belongs to a waiter that stopped asking).
+ */
+export const HANDOVER_SLACK_MS = 50;
 
 /** Payloads longer than this (a large meta) carry only the name; the watcher then reads the row. */
 export const NOTIFY_MAX_BYTES = 7900;
@@ -37,6 +47,7 @@ export interface PgSql {
   readonly renew: string;
   readonly renewMany: string;
   readonly release: string;
+  readonly leave: string;
   readonly read: string;
   readonly readAny: string;
   readonly list: string;
@@ -51,6 +62,8 @@ export function buildSql(prefix: string): PgSql {
   const L = ident(`${prefix}leases`);
   const F = ident(`${prefix}fences`);
   const H = ident(`${prefix}stream_heads`);
+  const W = ident(`${prefix}waiters`);
+  const tickets = ident(`${prefix}tickets`);
   const S = ident(`${prefix}streams`);
   const channel = `${prefix}leases`;
   const notifyFn = ident(`${prefix}notify`);
@@ -65,6 +78,15 @@ export function buildSql(prefix: string): PgSql {
       `CREATE TABLE IF NOT EXISTS ${L} (
          name text PRIMARY KEY, owner text, term bigint NOT NULL CHECK (term >= 0),
          expires_at timestamptz NOT NULL, ttl_ms integer NOT NULL, meta text NOT NULL)`,
+      // Version 3: the reservation ticket a release handed the lease over with (NULL otherwise).
+      `ALTER TABLE ${L} ADD COLUMN IF NOT EXISTS handed bigint`,
+      // A candidate waiting for a name on push: the lease a release would hand it (owner, ttl,
+      // meta) and until when its reservation holds, by the server's clock. `ticket` names each
+      // refresh, so the waiter knows which of its own acquires set the expiry it is handed.
+      `CREATE TABLE IF NOT EXISTS ${W} (
+         name text NOT NULL, owner text NOT NULL, ttl_ms integer NOT NULL, meta text NOT NULL,
+         expires_at timestamptz NOT NULL, ticket bigint NOT NULL, PRIMARY KEY (name, owner))`,
+      `CREATE SEQUENCE IF NOT EXISTS ${tickets}`,
       `CREATE TABLE IF NOT EXISTS ${F} (name text PRIMARY KEY, max_term bigint NOT NULL)`,
       `CREATE TABLE IF NOT EXISTS ${H} (stream text PRIMARY KEY, last_seq bigint NOT NULL)`,
       `CREATE TABLE IF NOT EXISTS ${S} (
@@ -72,8 +94,9 @@ export function buildSql(prefix: string): PgSql {
          payload text NOT NULL, PRIMARY KEY (stream, seq))`,
       // Push: a change of holder or term (never a plain renewal) notifies the channel with what a
       // watcher needs, as JSON: {n: name, t: term} once released (or not live); {n, t, o: owner,
-      // ttl, m: meta, r: remaining ms by the server's clock} for a live holder; only {n} when that
-      // would not fit a NOTIFY payload (then the watcher reads the row).
+      // ttl, m: meta, r: remaining ms by the server's clock} for a live holder, plus h: ticket
+      // when a release handed it over; only {n} when that would not fit a NOTIFY payload (then
+      // the watcher reads the row).
       `CREATE OR REPLACE FUNCTION ${notifyFn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
        DECLARE p text;
        BEGIN
@@ -81,7 +104,7 @@ export function buildSql(prefix: string): PgSql {
            p := json_build_object('n', NEW.name, 't', NEW.term)::text;
          ELSE
            p := json_build_object('n', NEW.name, 't', NEW.term, 'o', NEW.owner, 'ttl', NEW.ttl_ms, 'm', NEW.meta,
-                  'r', ${remaining('NEW.expires_at')})::text;
+                  'r', ${remaining('NEW.expires_at')}, 'h', NEW.handed)::text;
            IF octet_length(p) > ${NOTIFY_MAX_BYTES} THEN p := json_build_object('n', NEW.name)::text; END IF;
          END IF;
          PERFORM pg_notify(TG_ARGV[0], p);
@@ -98,16 +121,32 @@ export function buildSql(prefix: string): PgSql {
     // One statement. A free, released or expired lease goes to $2 with term + 1; a live lease of
     // $2 is extended with the same term; another owner's live lease is left as it is (the row is
     // rewritten unchanged so that RETURNING always reports the holder in this same round trip).
+    // With $5 > 0 (the caller waits on push), a lost acquire also keeps $2's reservation (see
+    // `release`) until now + $3 + $5 ms, under a new ticket; a won one drops it. Reservations of
+    // the name that have lapsed are cleared on the way.
     acquire: `
-      INSERT INTO ${L} AS l (name, owner, term, expires_at, ttl_ms, meta)
-      VALUES ($1, $2, 1, ${expiry('$3')}, $3::int, $4)
-      ON CONFLICT (name) DO UPDATE SET
-        owner      = CASE WHEN ${otherLive} THEN l.owner ELSE excluded.owner END,
-        term       = CASE WHEN ${live('l')} THEN l.term ELSE l.term + 1 END,
-        expires_at = CASE WHEN ${otherLive} THEN l.expires_at ELSE excluded.expires_at END,
-        ttl_ms     = CASE WHEN ${otherLive} THEN l.ttl_ms ELSE excluded.ttl_ms END,
-        meta       = CASE WHEN ${otherLive} THEN l.meta ELSE excluded.meta END
-      RETURNING ${LEASE_COLS}, owner = $2 AS acquired, ${remaining('expires_at')} AS remaining_ms`,
+      WITH a AS (
+        INSERT INTO ${L} AS l (name, owner, term, expires_at, ttl_ms, meta)
+        VALUES ($1, $2, 1, ${expiry('$3')}, $3::int, $4)
+        ON CONFLICT (name) DO UPDATE SET
+          owner      = CASE WHEN ${otherLive} THEN l.owner ELSE excluded.owner END,
+          term       = CASE WHEN ${live('l')} THEN l.term ELSE l.term + 1 END,
+          expires_at = CASE WHEN ${otherLive} THEN l.expires_at ELSE excluded.expires_at END,
+          ttl_ms     = CASE WHEN ${otherLive} THEN l.ttl_ms ELSE excluded.ttl_ms END,
+          meta       = CASE WHEN ${otherLive} THEN l.meta ELSE excluded.meta END,
+          handed     = CASE WHEN ${otherLive} THEN l.handed END
+        RETURNING ${LEASE_COLS}, owner = $2 AS acquired, ${remaining('expires_at')} AS remaining_ms),
+      reserved AS (
+        INSERT INTO ${W} AS w (name, owner, ttl_ms, meta, expires_at, ticket)
+        SELECT $1, $2, $3::int, $4, now() + ($3::int + $5::int) * interval '1 millisecond', nextval('${tickets}')
+        FROM a WHERE NOT a.acquired AND $5::int > 0
+        ON CONFLICT (name, owner) DO UPDATE SET ttl_ms = excluded.ttl_ms, meta = excluded.meta,
+          expires_at = GREATEST(w.expires_at, excluded.expires_at), ticket = excluded.ticket
+        RETURNING ticket),
+      cleared AS (
+        DELETE FROM ${W} AS w WHERE w.name = $1
+          AND CASE WHEN (SELECT acquired FROM a) THEN w.owner = $2 ELSE w.owner <> $2 AND w.expires_at <= now() END)
+      SELECT a.*, (SELECT ticket FROM reserved) AS ticket FROM a`,
     // Compare-and-set on owner and term of a live lease; when it fails, the live holder (if any).
     renew: `
       WITH u AS (
@@ -134,15 +173,40 @@ export function buildSql(prefix: string): PgSql {
       LEFT JOIN u ON u.name = req.name
       LEFT JOIN ${L} AS c ON u.name IS NULL AND c.name = req.name AND ${live('c')}
       ORDER BY req.ord`,
-    // The release commits without waiting for its WAL flush (synchronous_commit off for this
-    // statement's transaction only): it is the handoff's critical path, and losing it in a server
-    // crash is safe — the lease then simply expires at its TTL — while the next holder's acquire,
-    // a normal synchronous commit, flushes the WAL up to and including this release.
+    // Release, handing the lease over when a candidate waits: the reservation with the latest
+    // expiry (the most recent waiter) that has at least its TTL + HANDOVER_SLACK_MS left gets the
+    // lease with term + 1, its ttl and meta, and the reservation's expiry, which the waiter knows
+    // a lower bound of (its own acquire that set it was sent before); `handed` names the ticket.
+    // The lease row is locked first (as in `acquire`, so the two never deadlock); the reservation
+    // is read from the statement's snapshot, a consistent (expiry, ticket) pair even if a refresh
+    // commits meanwhile. With no waiter the lease is freed. A plain release commits without
+    // waiting for its WAL flush (synchronous_commit off for this transaction only): it is the
+    // handoff's critical path, and losing it in a server crash is safe — the lease then simply
+    // expires at its TTL — while the next holder's acquire, a normal synchronous commit, flushes
+    // the WAL up to and including it. A hand-over issues a term, so it commits as configured.
     release: `
-      WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true))
-      UPDATE ${L} AS l SET owner = NULL, expires_at = now()
-      WHERE l.name = $1 AND l.owner = $2 AND l.term = $3::bigint AND l.expires_at > now()
-        AND EXISTS (SELECT 1 FROM async_commit)`,
+      WITH w AS (
+        SELECT owner, ttl_ms, meta, expires_at, ticket FROM ${W}
+        WHERE name = $1 AND owner <> $2 AND expires_at > now() + (ttl_ms + ${HANDOVER_SLACK_MS}) * interval '1 millisecond'
+        ORDER BY expires_at DESC LIMIT 1),
+      sync AS (
+        SELECT set_config('synchronous_commit',
+          CASE WHEN EXISTS (SELECT 1 FROM w) THEN current_setting('synchronous_commit') ELSE 'off' END, true)),
+      u AS (
+        UPDATE ${L} AS l SET
+          owner = (SELECT owner FROM w),
+          term = l.term + CASE WHEN EXISTS (SELECT 1 FROM w) THEN 1 ELSE 0 END,
+          expires_at = COALESCE((SELECT expires_at FROM w), now()),
+          ttl_ms = COALESCE((SELECT ttl_ms FROM w), l.ttl_ms),
+          meta = COALESCE((SELECT meta FROM w), l.meta),
+          handed = (SELECT ticket FROM w)
+        WHERE l.name = $1 AND l.owner = $2 AND l.term = $3::bigint AND l.expires_at > now()
+          AND EXISTS (SELECT 1 FROM sync)
+        RETURNING ${LEASE_COLS}, handed, ${remaining('expires_at')} AS remaining_ms),
+      gone AS (DELETE FROM ${W} WHERE name = $1 AND owner = (SELECT owner FROM u))
+      SELECT * FROM u`,
+    // A candidate that stops waiting: $1 names, $2 owners (pairwise).
+    leave: `DELETE FROM ${W} WHERE (name, owner) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
     read: `SELECT ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1 AND ${live('l')}`,
     readAny: `SELECT ${LEASE_COLS}, ${live('l')} AS live, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1`,
     // Prefix by equality on the leading characters, so % and _ in user text are plain characters.

@@ -17,7 +17,7 @@ import type { ChaosBackend, ChaosInstance } from './types.js';
 
 export const sqliteChaos: ChaosBackend = {
   name: 'sqlite',
-  faults: ['pause', 'kill', 'slow'],
+  faults: ['pause', 'kill', 'resign', 'slow'],
   ttlMs: 1500,
   async start({ dir }): Promise<ChaosInstance> {
     const path = join(dir, 'tenure.db');

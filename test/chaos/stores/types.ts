@@ -16,12 +16,12 @@ import type { Endpoint } from '../proxy/index.js';
  *   (needs `instance.endpoints`). `drop` resets the node's connections every 100–400 ms, so calls
  *   in flight lose their replies and the client reconnects at once.
  */
-export type FaultKind = 'pause' | 'kill' | 'slow' | 'restart-store' | 'kill-member' | 'cut' | 'drop' | 'blackhole' | 'delay' | 'one-way';
+export type FaultKind = 'pause' | 'kill' | 'resign' | 'slow' | 'restart-store' | 'kill-member' | 'cut' | 'drop' | 'blackhole' | 'delay' | 'one-way';
 
 /** How the nodes get their fencing tokens: a LeaderElector on the store, or a Redlock. */
 export type ChaosWorkload = 'elector' | 'redlock';
 
-export const allFaultKinds: readonly FaultKind[] = ['pause', 'kill', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way'];
+export const allFaultKinds: readonly FaultKind[] = ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way'];
 
 /** Faults that act on one node's connections through its proxies. */
 export const proxyFaults: readonly FaultKind[] = ['cut', 'drop', 'blackhole', 'delay', 'one-way'];

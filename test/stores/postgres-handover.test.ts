@@ -224,7 +224,7 @@ describe('PostgresStore hand-over on release', () => {
     await c.acquire(name, 'c~1', 2000);
     expect(await waiters(name)).toEqual(['c~1']);
     expect(await a.release(name, 'a~1', 2)).toBe(true);
-    expect(await row(name)).toEqual({ owner: 'c~1', term: '3' });
+    expect(await row(name)).toEqual({ owner: null, term: '2' });
     wb.stop();
     wc.stop();
   });

@@ -75,11 +75,12 @@ export interface PostgresStoreOptions {
    */
   preparedStatements?: boolean;
   /**
-   * Hand the lease over on release to a candidate that waits on push (default true): a graceful
-   * handoff is then one statement, and the waiter leads without another round trip. Each waiting
-   * candidate's acquires (about one per TTL) also refresh its reservation. A candidate that dies
-   * while waiting can be handed a lease that then lapses up to 2 × TTL after its last acquire,
-   * rather than 1 × TTL; a release prefers the most recently refreshed waiter.
+   * Hand-over on release (default true): this store's releases hand the lease to a candidate
+   * that waits on push, and its own waiting candidates keep a reservation so that they can be
+   * handed one (false: neither). A graceful handoff is then one statement, and the waiter leads
+   * without another round trip. A waiting candidate's acquires (about one per TTL) refresh its
+   * reservation. A candidate that dies while waiting can be handed a lease that then lapses up to
+   * 2 × TTL after its last acquire rather than 1 × TTL; a release prefers the freshest waiter.
    */
   handOver?: boolean;
 }
@@ -273,7 +274,7 @@ export class PostgresStore implements Store {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTerm('term', term);
-    const r = await this.run('release', (c) => this.query(c, 'release', [name, owner, term]));
+    const r = await this.run('release', (c) => this.query(c, 'release', [name, owner, term, this.handOver]));
     const row = r.rows[0];
     if (!row) return false;
     if (row.owner === null) this.noteLocal(name, { term, owner: null }, null);

@@ -173,7 +173,7 @@ export function buildSql(prefix: string): PgSql {
       LEFT JOIN u ON u.name = req.name
       LEFT JOIN ${L} AS c ON u.name IS NULL AND c.name = req.name AND ${live('c')}
       ORDER BY req.ord`,
-    // Release, handing the lease over when a candidate waits: the reservation with the latest
+    // Release, handing the lease over ($4) when a candidate waits: the reservation with the latest
     // expiry (the most recent waiter) that has at least its TTL + HANDOVER_SLACK_MS left gets the
     // lease with term + 1, its ttl and meta, and the reservation's expiry, which the waiter knows
     // a lower bound of (its own acquire that set it was sent before); `handed` names the ticket.
@@ -187,7 +187,7 @@ export function buildSql(prefix: string): PgSql {
     release: `
       WITH w AS (
         SELECT owner, ttl_ms, meta, expires_at, ticket FROM ${W}
-        WHERE name = $1 AND owner <> $2 AND expires_at > now() + (ttl_ms + ${HANDOVER_SLACK_MS}) * interval '1 millisecond'
+        WHERE $4::boolean AND name = $1 AND owner <> $2 AND expires_at > now() + (ttl_ms + ${HANDOVER_SLACK_MS}) * interval '1 millisecond'
         ORDER BY expires_at DESC LIMIT 1),
       sync AS (
         SELECT set_config('synchronous_commit',

@@ -9,7 +9,7 @@
  *   P term:NAME    integer, no TTL — the last term issued for NAME (survives expiry and release)
  *   P fence:NAME   integer, no TTL — the highest term a fenced write was accepted under
  *   P stream:NAME  Redis stream; entry ids are `SEQ-0`, so the id is the 1-based gap-free seq
- *   P names        sorted set of every lease name ever acquired, for list()
+ *   P names        sorted set of every lease name ever acquired, for list() (added with its first term)
  *   P events:NAME  pub/sub channel: the lease value on takeover, an empty message on release
  *
  * The lease value is one string so that taking, extending and dropping a lease is one command
@@ -46,9 +46,10 @@ if v then
   redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
   return {1, v, tonumber(ARGV[3])}
 end
-v = ARGV[2] .. '\\n' .. string.format('%d', redis.call('INCR', KEYS[2])) .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4]
+local term = redis.call('INCR', KEYS[2])
+v = ARGV[2] .. '\\n' .. string.format('%d', term) .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4]
 redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
-redis.call('ZADD', KEYS[3], 0, ARGV[1])
+if term == 1 then redis.call('ZADD', KEYS[3], 0, ARGV[1]) end
 redis.call('PUBLISH', ARGV[5], v)
 return {1, v, tonumber(ARGV[3])}
 `,

@@ -10,6 +10,7 @@ import pg from 'pg';
 import { LeaderElector } from '../../src/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
+import { buildSql } from '../../src/stores/postgres/sql.js';
 import { createPostgresDatabase } from './sql-servers.js';
 import type { TestDatabase } from './sql-servers.js';
 import { sleep, waitFor } from './restart-scenario.js';
@@ -227,6 +228,32 @@ describe('PostgresStore hand-over on release', () => {
     expect(await row(name)).toEqual({ owner: null, term: '2' });
     wb.stop();
     wc.stop();
+  });
+
+  it('commits a hand-over as the server is configured (it issues a term), and only a release that frees the lease without waiting for the WAL flush', async () => {
+    const { store: a } = open();
+    const { store: b } = open();
+    const release = buildSql('ho_').release;
+    /** Run the store's release statement in a transaction, and read the commit setting it leaves for that transaction. */
+    const releaseIn = async (name: string, owner: string, term: number): Promise<{ handedTo: string | null; syncCommit: string }> => {
+      const c = await admin.connect();
+      try {
+        await c.query('BEGIN');
+        const r = await c.query(release, [name, owner, term, true]);
+        const sync = await c.query('SHOW synchronous_commit');
+        await c.query('ROLLBACK');
+        return { handedTo: r.rows[0].owner, syncCommit: sync.rows[0].synchronous_commit };
+      } finally {
+        c.release();
+      }
+    };
+    const name = unique('durable');
+    await a.acquire(name, 'a~1', 2000);
+    expect(await releaseIn(name, 'a~1', 1)).toEqual({ handedTo: null, syncCommit: 'off' });
+    const wb = await record(b, name);
+    await b.acquire(name, 'b~1', 2000);
+    expect(await releaseIn(name, 'a~1', 1)).toEqual({ handedTo: 'b~1', syncCommit: 'on' });
+    wb.stop();
   });
 
   it('close() leaves the waiting room', async () => {

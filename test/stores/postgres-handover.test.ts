@@ -256,6 +256,37 @@ describe('PostgresStore hand-over on release', () => {
     wb.stop();
   });
 
+  it('a waiter that stops watching frees a lease handed to it that it never took up, and keeps one it claimed', async () => {
+    const { store: a } = open();
+    const { store: b } = open();
+    const { store: c } = open();
+
+    // Handed to b, and b stops watching before it claims: the lease is freed, and the next holder gets a later term.
+    const n1 = unique('unclaimed');
+    await a.acquire(n1, 'a~1', 2000);
+    const w1 = await record(b, n1);
+    await b.acquire(n1, 'b~1', 2000);
+    await a.release(n1, 'a~1', 1);
+    expect(await row(n1)).toEqual({ owner: 'b~1', term: '2' });
+    w1.stop();
+    for (let i = 0; i < 100 && (await row(n1)).owner !== null; i++) await sleep(20);
+    expect(await row(n1)).toEqual({ owner: null, term: '2' });
+    expect(await c.acquire(n1, 'c~1', 2000)).toMatchObject({ acquired: true, lease: { term: 3 } });
+
+    // Claimed, then the watch stops (as a leader that closes its watch while still leading): b keeps it.
+    const n2 = unique('claimed');
+    await a.acquire(n2, 'a~1', 2000);
+    const w2 = await record(b, n2);
+    await b.acquire(n2, 'b~1', 2000);
+    await a.release(n2, 'a~1', 1);
+    await waitFor(() => w2.seen.includes('b~1@2'), 3000, 'hand-over pushed');
+    expect(await b.acquire(n2, 'b~1', 2000)).toMatchObject({ acquired: true, lease: { term: 2 } });
+    w2.stop();
+    await sleep(200);
+    expect(await row(n2)).toEqual({ owner: 'b~1', term: '2' });
+    expect(await b.renew(n2, 'b~1', 2, 2000)).toMatchObject({ renewed: true });
+  });
+
   it('close() leaves the waiting room', async () => {
     const name = unique('close');
     const { store: a } = open();

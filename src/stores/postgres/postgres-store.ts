@@ -475,7 +475,11 @@ export class PostgresStore implements Store {
     if (byOwner.size === 0) this.reservations.delete(name);
   }
 
-  /** Drop this store's reservations for `names` on the server (best effort: they lapse anyway). */
+  /**
+   * Drop this store's reservations for `names` on the server, and free a lease handed to one of
+   * them that was never claimed (nobody here will take it up). Best effort: reservations lapse
+   * anyway, and so does such a lease, at the reservation's expiry.
+   */
   private async leave(names: readonly string[]): Promise<void> {
     const pairs = names.flatMap((name) => [...(this.reservations.get(name)?.keys() ?? [])].map((owner) => [name, owner] as const));
     for (const name of names) this.reservations.delete(name);

@@ -205,8 +205,15 @@ export function buildSql(prefix: string): PgSql {
         RETURNING ${LEASE_COLS}, handed, ${remaining('expires_at')} AS remaining_ms),
       gone AS (DELETE FROM ${W} WHERE name = $1 AND owner = (SELECT owner FROM u))
       SELECT * FROM u`,
-    // A candidate that stops waiting: $1 names, $2 owners (pairwise).
-    leave: `DELETE FROM ${W} WHERE (name, owner) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
+    // Candidates that stop waiting ($1 names, $2 owners, pairwise): their reservations go, and a
+    // lease a release handed to one of them that it has not taken up is freed. Taken up means
+    // claimed (the caller leaves out the owners it claimed for) or extended by an acquire, which
+    // clears `handed`; the lease row lock orders this against such an acquire.
+    leave: `
+      WITH pairs AS (SELECT * FROM unnest($1::text[], $2::text[]) AS p(name, owner)),
+      gone AS (DELETE FROM ${W} AS w USING pairs WHERE w.name = pairs.name AND w.owner = pairs.owner)
+      UPDATE ${L} AS l SET owner = NULL, expires_at = now(), handed = NULL
+      FROM pairs WHERE l.name = pairs.name AND l.owner = pairs.owner AND l.handed IS NOT NULL AND l.expires_at > now()`,
     read: `SELECT ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1 AND ${live('l')}`,
     readAny: `SELECT ${LEASE_COLS}, ${live('l')} AS live, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1`,
     // Prefix by equality on the leading characters, so % and _ in user text are plain characters.

@@ -85,10 +85,10 @@ describe('PostgresStore hand-over on release', () => {
     const wa = await record(a, name);
     expect(await a.acquire(name, 'a~1', 2000)).toMatchObject({ acquired: true, lease: { term: 1 } });
     const wb = await record(b, name);
-    expect(await b.acquire(name, 'b~1', 2000, { role: 'b' })).toMatchObject({ acquired: false, lease: { owner: 'a~1' } });
-    expect(await waiters(name)).toEqual(['b~1']);
     const wc = await record(c, name);
     await waitFor(() => wc.seen.includes('a~1@1'), 3000, 'c sees a');
+    expect(await b.acquire(name, 'b~1', 2000, { role: 'b' })).toMatchObject({ acquired: false, lease: { owner: 'a~1' } });
+    expect(await waiters(name)).toEqual(['b~1']);
 
     expect(await a.release(name, 'a~1', 1)).toBe(true);
     expect(await row(name)).toEqual({ owner: 'b~1', term: '2' });
@@ -190,17 +190,18 @@ describe('PostgresStore hand-over on release', () => {
     expect(bSent()).toBe(before + 1);
     w1.stop();
 
-    // Too late: the reservation (TTL 300 ms + 300 ms from b's acquire) no longer has the TTL + 50 ms left.
+    // Too late: the reservation (TTL 1 s + 1 s from b's acquire) no longer has the TTL + 50 ms left.
     const n2 = unique('late');
     await a.acquire(n2, 'a~1', 2000);
     const w2 = await record(b, n2);
-    await b.acquire(n2, 'b~1', 300);
+    const reservedAt = performance.now();
+    await b.acquire(n2, 'b~1', 1000);
     await a.release(n2, 'a~1', 1);
     expect(await row(n2)).toEqual({ owner: 'b~1', term: '2' });
     await waitFor(() => w2.seen.includes('b~1@2'), 3000, 'hand-over pushed');
-    await sleep(280);
+    await sleep(1000 - (performance.now() - reservedAt));
     before = bSent();
-    const late = await b.acquire(n2, 'b~1', 300);
+    const late = await b.acquire(n2, 'b~1', 1000);
     expect(bSent()).toBe(before + 1);
     // Either the handed lease was still live (extended, term 2) or it had lapsed (taken anew, term 3).
     expect(late.acquired).toBe(true);

@@ -13,7 +13,7 @@ export const DEFAULT_STORE_URL = 'sqlite:./.tenure/tenure.db';
 export type StoreOptions =
   | { kind: 'memory' }
   | { kind: 'sqlite'; path: string; busyTimeoutMs?: number; pollMs?: number }
-  | { kind: 'postgres'; url: string; tablePrefix?: string }
+  | { kind: 'postgres'; url: string; tablePrefix?: string; handOver?: boolean }
   | { kind: 'mysql'; url: string; tablePrefix?: string }
   | { kind: 'redis'; url: string; keyPrefix?: string; commandTimeoutMs?: number }
   | { kind: 'etcd'; hosts: string[]; namespace?: string; requestTimeoutMs?: number };
@@ -62,8 +62,9 @@ function parseRedisUrl(url: string): StoreOptions {
 }
 
 /**
- * `postgres://user:pass@host:port/db[?prefix=P&sslmode=…]` or `mysql://…/db[?prefix=P]`: `prefix` is
- * the table prefix (default `tenure_`); everything else goes to the driver as given.
+ * `postgres://user:pass@host:port/db[?prefix=P&handover=off&sslmode=…]` or `mysql://…/db[?prefix=P]`:
+ * `prefix` is the table prefix (default `tenure_`); PostgreSQL's `handover` (`on`, the default, or
+ * `off`) is the store's `handOver` option; everything else goes to the driver as given.
  */
 function parseSqlUrl(kind: 'postgres' | 'mysql', url: string): StoreOptions {
   let parsed: URL;
@@ -75,7 +76,17 @@ function parseSqlUrl(kind: 'postgres' | 'mysql', url: string): StoreOptions {
   if (parsed.hostname === '') throw new InvalidArgumentError('store', `${kind} needs a host, such as ${kind}://127.0.0.1/tenure, got '${url}'`);
   const tablePrefix = parsed.searchParams.get('prefix');
   parsed.searchParams.delete('prefix');
-  return { kind, url: parsed.toString(), ...(tablePrefix !== null ? { tablePrefix } : {}) };
+  const handover = parsed.searchParams.get('handover');
+  parsed.searchParams.delete('handover');
+  if (handover !== null && (kind !== 'postgres' || (handover !== 'on' && handover !== 'off'))) {
+    throw new InvalidArgumentError('store', kind === 'postgres' ? `handover must be on or off, got '${handover}'` : 'handover applies to postgres:// stores only (MySQL has no push)');
+  }
+  return {
+    kind,
+    url: parsed.toString(),
+    ...(tablePrefix !== null ? { tablePrefix } : {}),
+    ...(handover !== null ? { handOver: handover === 'on' } : {}),
+  };
 }
 
 /**

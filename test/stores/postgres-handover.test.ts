@@ -7,7 +7,8 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { LeaderElector } from '../../src/index.js';
+import { InvalidArgumentError, LeaderElector } from '../../src/index.js';
+import { openStore, parseStoreUrl } from '../../src/open.js';
 import type { Lease } from '../../src/core/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
 import { buildSql } from '../../src/stores/postgres/sql.js';
@@ -286,6 +287,32 @@ describe('PostgresStore hand-over on release', () => {
     await sleep(200);
     expect(await row(n2)).toEqual({ owner: 'b~1', term: '2' });
     expect(await b.renew(n2, 'b~1', 2, 2000)).toMatchObject({ renewed: true });
+  });
+
+  it('takes handover=on|off from a postgres:// URL, and refuses it elsewhere or with another value', async () => {
+    expect(parseStoreUrl('postgres://u@h:5432/db?prefix=p_&handover=off&sslmode=disable')).toEqual({
+      kind: 'postgres',
+      url: 'postgres://u@h:5432/db?sslmode=disable',
+      tablePrefix: 'p_',
+      handOver: false,
+    });
+    expect(parseStoreUrl('postgres://u@h/db?handover=on')).toMatchObject({ handOver: true });
+    expect(parseStoreUrl('postgres://u@h/db')).not.toHaveProperty('handOver');
+    expect(() => parseStoreUrl('postgres://u@h/db?handover=yes')).toThrow(InvalidArgumentError);
+    expect(() => parseStoreUrl('mysql://u@h/db?handover=off')).toThrow(/postgres:\/\/ stores only/);
+    // Opened from such a URL, a waiting candidate keeps no reservation.
+    const url = new URL(db.url);
+    url.searchParams.set('prefix', 'ho_');
+    url.searchParams.set('handover', 'off');
+    const off = await openStore(url.toString());
+    const { store: a } = open();
+    const name = unique('url-off');
+    await a.acquire(name, 'a~1', 2000);
+    const stop = off.watch!(name, () => {});
+    expect(await off.acquire(name, 'b~1', 2000)).toMatchObject({ acquired: false });
+    expect(await waiters(name)).toEqual([]);
+    stop();
+    await off.close();
   });
 
   it('close() leaves the waiting room', async () => {

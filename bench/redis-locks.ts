@@ -8,6 +8,10 @@
  *   raw            ioredis SET NX PX + EVALSHA compare-and-delete (the floor; no fencing token)
  *   tenure-store   tenure RedisStore acquire + release: one Lua script each; the term is the
  *                  fencing token (the store's fenced lock)
+ *   raw-script     raw, with the SET NX PX inside a minimal Lua script: what a take costs as a
+ *                  script at all (a fenced take must be one, to bump the term atomically with it)
+ *   tenure-scripts tenure's acquire and release scripts by EVALSHA straight from ioredis, without
+ *                  RedisStore's code: the server's share of tenure-store
  *   tenure-lock    tenure Lock on the Redis store (a LeaderElector per acquisition: subscribes to
  *                  push, acquires, releases)
  *   tenure-redlock-1 / -3   tenure Redlock, fencing counter INCR inside the acquire script
@@ -49,7 +53,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
-import { Lock, RedisStore, Redlock } from './lib/built.js';
+import { Lock, RedisStore, Redlock, acquireScript, releaseScript } from './lib/built.js';
 import { delay, msBetween, nowNs } from '../test/fixtures/harness.js';
 import { startServers } from '../test/stores/redis-servers.js';
 import type { RedisServer } from '../test/stores/redis-servers.js';
@@ -85,6 +89,7 @@ interface Variant {
 }
 
 const COMPARE_AND_DELETE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+const SCRIPTED_SET = `return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX')`;
 
 /**
  * One client keeping CONCURRENT acquire + release operations in flight, each worker on its own
@@ -211,6 +216,10 @@ export function redisLocksBenchmark(): Benchmark {
         const prefix = `{bench-${randomBytes(4).toString('hex')}}:`;
 
         const delSha = String(await one.script('LOAD', COMPARE_AND_DELETE));
+        const setSha = String(await one.script('LOAD', SCRIPTED_SET));
+        await one.script('LOAD', acquireScript.source);
+        await one.script('LOAD', releaseScript.source);
+        const scriptKeys = [`${prefix}lease:ts`, `${prefix}term:ts`, `${prefix}names`];
         const store = new RedisStore({ client: one, keyPrefix: prefix });
         closers.push(() => store.close());
         const storeLock = new Lock(store, 'lock-lock', { id: 'bench' });
@@ -238,6 +247,26 @@ export function redisLocksBenchmark(): Benchmark {
               const r = await store.acquire('lock-store', owner, LOCK_TTL_MS);
               if (!r.acquired) throw new Error('tenure-store: not acquired');
               await store.release('lock-store', owner, r.lease.term);
+            },
+          },
+          {
+            id: 'raw-script',
+            what: 'raw with SET NX PX inside a minimal Lua script (what a take costs as a script; no fencing token)',
+            op: async () => {
+              const v = randomBytes(16).toString('hex');
+              if ((await one.evalsha(setSha, 1, `${prefix}raw-script`, v, LOCK_TTL_MS)) !== 'OK') throw new Error('raw-script: not acquired');
+              await one.evalsha(delSha, 1, `${prefix}raw-script`, v);
+            },
+          },
+          {
+            id: 'tenure-scripts',
+            what: "tenure's acquire and release scripts by EVALSHA straight from ioredis, without RedisStore's code",
+            op: async () => {
+              const owner = `bench~${i++}`;
+              const r = (await one.evalsha(acquireScript.sha, 3, ...scriptKeys, 'ts', owner, LOCK_TTL_MS, '{}', `${prefix}events:ts`)) as [number, string];
+              if (r[0] !== 1) throw new Error('tenure-scripts: not acquired');
+              const head = r[1].slice(0, r[1].indexOf('\n', owner.length + 1) + 1); // owner \n term \n
+              await one.evalsha(releaseScript.sha, 1, scriptKeys[0]!, head, `${prefix}events:ts`);
             },
           },
           {
@@ -439,6 +468,10 @@ export function redisLocksBenchmark(): Benchmark {
         );
         notes.push(`one-instance variants on a private redis-server at ${s0.address}; three-instance variants on ${servers.map((s) => s.address).join(', ')}`);
         notes.push(`raw p50 ${rawP50.toFixed(3)} ms (the latency goal's reference)`);
+        notes.push(
+          `one at a time, p50 / raw p50: ${['raw-script', 'tenure-scripts', 'tenure-store'].map((id) => `${id} ${(p50(latency.get(id)!) / rawP50).toFixed(3)}`).join(', ')} ` +
+            "(a script's own cost, then tenure's scripts, then with RedisStore's code)",
+        );
         return {
           name,
           description,

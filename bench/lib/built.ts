@@ -12,6 +12,7 @@ import type * as MysqlModule from '../../src/stores/mysql/index.js';
 import type * as PostgresModule from '../../src/stores/postgres/index.js';
 import type * as RaftCoreModule from '../../src/raft/core/index.js';
 import type * as RedisModule from '../../src/stores/redis/index.js';
+import type * as RedisScriptsModule from '../../src/stores/redis/scripts.js';
 
 async function load<T>(path: string): Promise<T> {
   const url = new URL(`../../dist/src/${path}`, import.meta.url).href;
@@ -29,6 +30,8 @@ export type Lock = LocksModule.Lock;
 export type Redlock = LocksModule.Redlock;
 export const { RedisStore } = await load<typeof RedisModule>('stores/redis/index.js');
 export type RedisStore = RedisModule.RedisStore;
+/** The Redis store's Lua scripts (internal), for the benchmark that times them without the store's code. */
+export const { acquireScript, releaseScript } = await load<typeof RedisScriptsModule>('stores/redis/scripts.js');
 export const { MysqlStore } = await load<typeof MysqlModule>('stores/mysql/index.js');
 export type MysqlStore = MysqlModule.MysqlStore;
 export const { PostgresStore } = await load<typeof PostgresModule>('stores/postgres/index.js');

@@ -88,7 +88,7 @@ export function encodeMeta(field: string, meta: LeaseMeta | undefined): string {
 }
 
 export function decodeMeta(text: string | null | undefined): LeaseMeta {
-  if (!text) return {};
+  if (!text || text === '{}') return {}; // the usual meta, without a parse
   return JSON.parse(text) as LeaseMeta;
 }
 

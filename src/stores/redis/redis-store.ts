@@ -140,12 +140,13 @@ export class RedisStore implements Store {
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
     const metaText = encodeMeta('meta', meta);
-    const reply = await this.run(
+    const reply = await this.send(
       'acquire',
       acquireScript,
       [this.key('lease', name), this.key('term', name), this.key('names')],
       [name, owner, ttlMs, metaText, this.key('events', name)],
     );
+    if (!Array.isArray(reply)) throw this.badReply('acquire', reply);
     const lease = toLease(name, reply);
     if (lease === null) throw this.badReply('acquire', reply);
     return { acquired: reply[0] === 1, lease };
@@ -156,7 +157,8 @@ export class RedisStore implements Store {
     checkOwner('owner', owner);
     checkTerm('term', term);
     checkTtl('ttlMs', ttlMs);
-    const reply = await this.run('renew', renewScript, [this.key('lease', name)], [leaseHead(owner, term), ttlMs]);
+    const reply = await this.send('renew', renewScript, [this.key('lease', name)], [leaseHead(owner, term), ttlMs]);
+    if (!Array.isArray(reply)) throw this.badReply('renew', reply);
     return { renewed: reply[0] === 1, lease: toLease(name, reply) };
   }
 
@@ -289,14 +291,16 @@ export class RedisStore implements Store {
    */
   private send(op: string, script: LuaScript, keys: readonly string[], args: readonly (string | number | Buffer)[], waitForSubscribe = true): Promise<unknown> {
     const client = this.client;
-    return this.bounded(op, (open) => {
-      this.cork();
-      return client.evalsha(script.sha, keys.length, ...keys, ...args).catch((err: unknown) => {
-        if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT') || !open()) throw err;
-        // EVAL both runs the script and puts it back in the server's cache for the next EVALSHA.
-        return client.eval(script.source, keys.length, ...keys, ...args);
-      });
-    }, waitForSubscribe);
+    return this.bounded(
+      op,
+      () => {
+        this.cork();
+        return client.evalsha(script.sha, keys.length, ...keys, ...args);
+      },
+      waitForSubscribe,
+      // EVAL both runs the script and puts it back in the server's cache for the next EVALSHA.
+      (err) => (err instanceof Error && err.message.startsWith('NOSCRIPT') ? client.eval(script.source, keys.length, ...keys, ...args) : null),
+    );
   }
 
   /**
@@ -343,18 +347,24 @@ export class RedisStore implements Store {
    * and connection errors and the timeout become StoreUnavailableError naming the server: the
    * outcome is unknown (safety rule 3), and the call is never sent again.
    */
-  private bounded<T>(op: string, start: (open: () => boolean) => Promise<T>, waitForSubscribe = true): Promise<T> {
+  private bounded<T>(op: string, start: () => Promise<T>, waitForSubscribe = true, retry?: (err: unknown) => Promise<T> | null): Promise<T> {
     if (this.closed) return Promise.reject(new ClosedError('redis store'));
-    if (waitForSubscribe && this.subscribing) return this.subscribing.then(() => this.bounded(op, start, false));
+    if (waitForSubscribe && this.subscribing) return this.subscribing.then(() => this.bounded(op, start, false, retry));
     return new Promise<T>((resolve, reject) => {
       const deadline = this.deadlines.add(() => reject(this.timedOut(op)));
+      const done = (value: T): void => {
+        if (this.deadlines.settle(deadline)) resolve(value);
+      };
       const fail = (err: unknown): void => {
         if (this.deadlines.settle(deadline)) reject(this.failure(op, err));
       };
       try {
-        start(() => deadline.open).then((value) => {
-          if (this.deadlines.settle(deadline)) resolve(value);
-        }, fail);
+        start().then(done, (err: unknown) => {
+          // Sent once more only while the caller still waits (a timed-out call is "maybe" and stays so).
+          const again = deadline.open && retry ? retry(err) : null;
+          if (again) again.then(done, fail);
+          else fail(err);
+        });
       } catch (err) {
         fail(err);
       }

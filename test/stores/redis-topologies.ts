@@ -11,7 +11,7 @@
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -74,12 +74,14 @@ export class RedisProcess {
   }
 
   private async spawn(): Promise<void> {
-    const proc = spawn('redis-server', [...this.args], { stdio: 'ignore' });
+    const log = join(this.dir, 'redis.log');
+    const fd = openSync(log, 'a');
+    const proc = spawn('redis-server', [...this.args], { stdio: ['ignore', fd, fd] });
+    closeSync(fd);
     this.proc = proc;
-    await waitUntil(`redis on ${this.port} answers PING`, async () => {
-      if (proc.exitCode !== null) throw new Error(`redis-server on ${this.port} exited with ${proc.exitCode}`);
-      return (await this.admin((c) => c.ping())) === 'PONG';
-    }, 5000);
+    // An exit ends the wait at once, with the server's own words (waitUntil swallows the check's errors).
+    await waitUntil(`redis on ${this.port} answers PING`, async () => proc.exitCode !== null || (await this.admin((c) => c.ping())) === 'PONG', 5000);
+    if (proc.exitCode !== null) throw new Error(`redis-server on ${this.port} exited with ${proc.exitCode}: ${readFileSync(log, 'utf8').trim().slice(-800)}`);
   }
 
   /** SIGKILL and wait for the exit. */
@@ -125,10 +127,15 @@ export interface PrivateCluster {
 
 /** `n` (>= 3) masters, no replicas, all 16384 slots assigned, cluster_state:ok everywhere. */
 export async function startCluster(n = 3): Promise<PrivateCluster> {
+  // The cluster bus gets a free port of its own: by default it is the node's port + 10000, which
+  // nobody checked was free (seen in CI: a node that never answered PING).
   const nodes = await Promise.all(
-    Array.from({ length: n }, () =>
-      RedisProcess.start((dir, port) => nodeArgs(dir, port, ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '3000'])),
-    ),
+    Array.from({ length: n }, async () => {
+      const bus = await freePort();
+      return RedisProcess.start((dir, port) =>
+        nodeArgs(dir, port, ['--cluster-enabled', 'yes', '--cluster-port', String(bus), '--cluster-config-file', join(dir, 'nodes.conf'), '--cluster-node-timeout', '3000']),
+      );
+    }),
   );
   const stop = async (): Promise<void> => {
     await Promise.all(nodes.map((p) => p.stop()));

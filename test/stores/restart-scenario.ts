@@ -10,10 +10,10 @@ import { LeaderElector } from '../../src/election/index.js';
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** Poll `cond` every 10 ms; throws naming `what` after `timeoutMs`. */
-export async function waitFor(cond: () => boolean, timeoutMs: number, what: string): Promise<void> {
+/** Poll `cond` (which may query a server) every 10 ms; throws naming `what` after `timeoutMs`. */
+export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
   const start = Date.now();
-  while (!cond()) {
+  while (!(await cond())) {
     if (Date.now() - start > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
     await sleep(10);
   }

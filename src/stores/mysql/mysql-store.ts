@@ -350,7 +350,6 @@ export class MysqlStore implements Store {
     return this.calls.run(operation, fn);
   }
 
-
   /** `fn`, run again when it lost a deadlock or an insert race (rolled back whole by the server). */
   private async retrying<T>(fn: () => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {

@@ -140,13 +140,12 @@ export class RedisStore implements Store {
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
     const metaText = encodeMeta('meta', meta);
-    const reply = await this.send(
+    const reply = await this.run(
       'acquire',
       acquireScript,
       [this.key('lease', name), this.key('term', name), this.key('names')],
       [name, owner, ttlMs, metaText, this.key('events', name)],
     );
-    if (!Array.isArray(reply)) throw this.badReply('acquire', reply);
     const lease = toLease(name, reply);
     if (lease === null) throw this.badReply('acquire', reply);
     return { acquired: reply[0] === 1, lease };
@@ -157,8 +156,7 @@ export class RedisStore implements Store {
     checkOwner('owner', owner);
     checkTerm('term', term);
     checkTtl('ttlMs', ttlMs);
-    const reply = await this.send('renew', renewScript, [this.key('lease', name)], [leaseHead(owner, term), ttlMs]);
-    if (!Array.isArray(reply)) throw this.badReply('renew', reply);
+    const reply = await this.run('renew', renewScript, [this.key('lease', name)], [leaseHead(owner, term), ttlMs]);
     return { renewed: reply[0] === 1, lease: toLease(name, reply) };
   }
 

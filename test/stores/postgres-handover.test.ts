@@ -131,8 +131,7 @@ describe('PostgresStore hand-over on release', () => {
     await b.acquire(n2, 'b~1', 2000);
     expect(await waiters(n2)).toEqual(['b~1']);
     wb.stop();
-    for (let i = 0; i < 100 && (await waiters(n2)).length > 0; i++) await sleep(20);
-    expect(await waiters(n2)).toEqual([]);
+    await waitFor(async () => (await waiters(n2)).length === 0, 3000, 'b leaves the waiting room');
     expect(await a.release(n2, 'a~1', 1)).toBe(true);
     expect(await b.read(n2)).toBeNull();
 
@@ -271,9 +270,19 @@ describe('PostgresStore hand-over on release', () => {
     await a.release(n1, 'a~1', 1);
     expect(await row(n1)).toEqual({ owner: 'b~1', term: '2' });
     w1.stop();
-    for (let i = 0; i < 100 && (await row(n1)).owner !== null; i++) await sleep(20);
+    await waitFor(async () => (await row(n1)).owner === null, 3000, 'the unclaimed lease freed');
     expect(await row(n1)).toEqual({ owner: null, term: '2' });
     expect(await c.acquire(n1, 'c~1', 2000)).toMatchObject({ acquired: true, lease: { term: 3 } });
+
+    // Freed only by the ticket of the hand-over: a lease of b's that carries no ticket of b's stays.
+    const n0 = unique('other-ticket');
+    await a.acquire(n0, 'a~1', 2000);
+    const w0 = await record(b, n0);
+    await b.acquire(n0, 'b~1', 2000);
+    await admin.query("UPDATE ho_leases SET owner = 'b~1', term = term + 1, handed = -1 WHERE name = $1", [n0]);
+    w0.stop();
+    await waitFor(async () => (await waiters(n0)).length === 0, 3000, 'b leaves the waiting room');
+    expect(await row(n0)).toEqual({ owner: 'b~1', term: '2' });
 
     // Claimed, then the watch stops (as a leader that closes its watch while still leading): b keeps it.
     const n2 = unique('claimed');
@@ -345,8 +354,7 @@ describe('LeaderElector on PostgreSQL with hand-over', () => {
     ea.start();
     await waitFor(() => elected.length === 1, 5000, 'a elected');
     eb.start();
-    for (let i = 0; i < 200 && (await waiters(group)).length === 0; i++) await sleep(20);
-    expect(await waiters(group)).toHaveLength(1);
+    await waitFor(async () => (await waiters(group)).length === 1, 5000, 'b waits in the waiting room');
     await ea.stop();
     await waitFor(() => elected.length === 2, 5000, 'b elected');
     expect(elected).toEqual([{ node: 'a', term: 1 }, { node: 'b', term: 2 }]);

@@ -95,8 +95,8 @@ const CLAIM_SLACK_MS = 50;
 /** Tickets remembered per reservation (a release may read a refresh older than the last). */
 const TICKETS_KEPT = 4;
 
-type StatementKey = 'acquire' | 'renew' | 'renewMany' | 'release' | 'leave' | 'read' | 'readAny' | 'list' | 'appendFast' | 'append' | 'highest' | 'readStream';
-const STATEMENTS: readonly StatementKey[] = ['acquire', 'renew', 'renewMany', 'release', 'leave', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'readStream'];
+const STATEMENTS = ['acquire', 'renew', 'renewMany', 'release', 'leave', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'readStream'] as const;
+type StatementKey = (typeof STATEMENTS)[number];
 
 /** A reservation this store keeps for a waiting candidate: what it asked for, and when each refresh was sent. */
 interface Reservation {
@@ -395,7 +395,6 @@ export class PostgresStore implements Store {
     return this.calls.run(operation, fn);
   }
 
-
   private async createSchema(c: PgPoolClient): Promise<void> {
     await c.query('BEGIN');
     try {
@@ -476,15 +475,19 @@ export class PostgresStore implements Store {
   }
 
   /**
-   * Drop this store's reservations for `names` on the server, and free a lease handed to one of
-   * them that was never claimed (nobody here will take it up). Best effort: reservations lapse
-   * anyway, and so does such a lease, at the reservation's expiry.
+   * Drop this store's reservations for `names` on the server, and free a lease handed over with
+   * one of their tickets, never claimed (nobody here will take it up). Best effort: reservations
+   * lapse anyway, and so does such a lease, at the reservation's expiry.
    */
   private async leave(names: readonly string[]): Promise<void> {
-    const pairs = names.flatMap((name) => [...(this.reservations.get(name)?.keys() ?? [])].map((owner) => [name, owner] as const));
-    for (const name of names) this.reservations.delete(name);
-    if (pairs.length === 0 || this.closed) return;
-    await this.run('leave', (c) => this.query(c, 'leave', [pairs.map((p) => p[0]), pairs.map((p) => p[1])])).catch(() => {});
+    const rows: [string, string, string][] = [];
+    for (const name of names) {
+      for (const [owner, res] of this.reservations.get(name) ?? []) for (const ticket of res.sentAt.keys()) rows.push([name, owner, ticket]);
+      this.reservations.delete(name);
+    }
+    if (rows.length === 0 || this.closed) return;
+    const values = [rows.map((r) => r[0]), rows.map((r) => r[1]), rows.map((r) => r[2])];
+    await this.run('leave', (c) => this.query(c, 'leave', values)).catch(() => {});
   }
 
   // ---- push -----------------------------------------------------------------------------

@@ -205,15 +205,17 @@ export function buildSql(prefix: string): PgSql {
         RETURNING ${LEASE_COLS}, handed, ${remaining('expires_at')} AS remaining_ms),
       gone AS (DELETE FROM ${W} WHERE name = $1 AND owner = (SELECT owner FROM u))
       SELECT * FROM u`,
-    // Candidates that stop waiting ($1 names, $2 owners, pairwise): their reservations go, and a
-    // lease a release handed to one of them that it has not taken up is freed. Taken up means
-    // claimed (the caller leaves out the owners it claimed for) or extended by an acquire, which
-    // clears `handed`; the lease row lock orders this against such an acquire.
+    // Candidates that stop waiting ($1 names, $2 owners, $3 the tickets of their reservations
+    // not taken up; one row per ticket): their reservations go, and a lease handed over with one
+    // of those tickets is freed. A compare-and-set on the hand-over itself (rule 6): a ticket
+    // names one reservation refresh, and a lease taken up no longer carries it (an acquire that
+    // extends it clears `handed`, and the caller leaves out the tickets of a lease it claimed);
+    // the lease row lock orders this against such an acquire.
     leave: `
-      WITH pairs AS (SELECT * FROM unnest($1::text[], $2::text[]) AS p(name, owner)),
-      gone AS (DELETE FROM ${W} AS w USING pairs WHERE w.name = pairs.name AND w.owner = pairs.owner)
+      WITH left_ AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS p(name, owner, ticket)),
+      gone AS (DELETE FROM ${W} AS w USING left_ WHERE w.name = left_.name AND w.owner = left_.owner)
       UPDATE ${L} AS l SET owner = NULL, expires_at = now(), handed = NULL
-      FROM pairs WHERE l.name = pairs.name AND l.owner = pairs.owner AND l.handed IS NOT NULL AND l.expires_at > now()`,
+      FROM left_ WHERE l.name = left_.name AND l.owner = left_.owner AND l.handed = left_.ticket AND l.expires_at > now()`,
     read: `SELECT ${LEASE_COLS}, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1 AND ${live('l')}`,
     readAny: `SELECT ${LEASE_COLS}, ${live('l')} AS live, ${remaining('expires_at')} AS remaining_ms FROM ${L} AS l WHERE l.name = $1`,
     // Prefix by equality on the leading characters, so % and _ in user text are plain characters.

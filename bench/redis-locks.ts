@@ -3,8 +3,10 @@
  * (no persistence) are started for the run; every one-instance variant uses the first of them, so
  * nothing else on the machine's shared Redis gets in the way and all variants see the same server.
  *
- * Uncontended, one client, one operation at a time: acquire + release of one key, in rounds
- * that run a block of each variant in turn (so a change in load hits all alike):
+ * Uncontended, one client, one operation at a time: acquire + release of one key, the variants
+ * interleaved operation by operation (each step runs one operation of every variant, in an order
+ * shuffled anew for each step by a seeded generator), so that the machine's state at any moment
+ * falls on all variants alike:
  *   raw            ioredis SET NX PX + EVALSHA compare-and-delete (the floor; no fencing token)
  *   tenure-store   tenure RedisStore acquire + release: one Lua script each; the term is the
  *                  fencing token (the store's fenced lock)
@@ -17,10 +19,17 @@
  *   tenure-redlock-1 / -3   tenure Redlock, fencing counter INCR inside the acquire script
  *   node-redlock-1 / -3     node-redlock 4 (no fencing token)
  *   semaphore      redis-semaphore Mutex (no fencing token)
- * Each round also gives ratios of variants measured side by side in it: tenure-store's rate over
- * node-redlock-1's and over raw's. The machine's load moves the rates of whole rounds (3x between
- * rounds is common on a shared 2-core VM) but hits the variants of one round nearly alike, so the
- * p50 of the per-round ratios is far steadier than a ratio of pooled rates.
+ * Steps are grouped in rounds of OPS_PER_ROUND; each round also gives ratios of variants measured
+ * side by side in it: tenure-store's rate over node-redlock-1's and over raw's (a variant's rate
+ * in a round: its operations over the time they took).
+ *
+ * Why operation by operation: this VM's one-at-a-time round trip moves by 2-3x from one moment to
+ * the next (raw's p50 was 0.25 ms in one run and 0.66 ms in the next). Runs that timed a block of
+ * 100 operations of each variant in turn, with the order reversed every other round, put the
+ * p50 of tenure-store over raw's at 1.082 in one run and at 0.713 in the next, on the same code:
+ * a block that fell in a fast or slow moment moved the pooled p50 of its variant. Interleaving
+ * each operation leaves the variants the same mix of moments: three runs of this loop
+ * put raw-script's p50 over raw's at 1.024–1.038 and tenure-scripts' at 1.041–1.057.
  *
  * Concurrent, one client, one connection: the client keeps CONCURRENT acquire + release operations
  * in flight, each on its own key (a worker per key, looping), for raw, tenure-store, node-redlock-1
@@ -53,7 +62,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
-import { Lock, RedisStore, Redlock, acquireScript, releaseScript } from './lib/built.js';
+import { Lock, RedisStore, Redlock, SeededRandom, acquireScript, releaseScript } from './lib/built.js';
 import { delay, msBetween, nowNs } from '../test/fixtures/harness.js';
 import { startServers } from '../test/stores/redis-servers.js';
 import type { RedisServer } from '../test/stores/redis-servers.js';
@@ -191,7 +200,7 @@ export function redisLocksBenchmark(): Benchmark {
   const name = 'redis-locks';
   const description =
     `Locks on Redis (private redis-server processes, no persistence). Uncontended: one client, acquire + release of one key, ${ROUNDS} rounds of ${OPS_PER_ROUND} per variant, ` +
-    `each round running a block of every variant in turn; per-round ratios. Concurrent: one client keeping ${CONCURRENT} acquire + release operations in flight on distinct keys, ` +
+    `the variants interleaved operation by operation in a shuffled order; per-round ratios. Concurrent: one client keeping ${CONCURRENT} acquire + release operations in flight on distinct keys, ` +
     `${ROUNDS} rounds of ${CONCURRENT * CONCURRENT_OPS_PER_WORKER} per variant, interleaved the same way. Contended: ${CLIENTS} clients on one key (hold ${HOLD_MS} ms, then ${PAUSE_MS} ms away), ${HANDOFFS} handoffs each for tenure Lock (push), ` +
     'node-redlock 4 (retry delay 200 ± 100 ms, its default) and redis-semaphore Mutex (retry every 10 ms, its default).';
   return {
@@ -263,9 +272,9 @@ export function redisLocksBenchmark(): Benchmark {
             what: "tenure's acquire and release scripts by EVALSHA straight from ioredis, without RedisStore's code",
             op: async () => {
               const owner = `bench~${i++}`;
-              const r = (await one.evalsha(acquireScript.sha, 3, ...scriptKeys, 'ts', owner, LOCK_TTL_MS, '{}', `${prefix}events:ts`)) as [number, string];
-              if (r[0] !== 1) throw new Error('tenure-scripts: not acquired');
-              const head = r[1].slice(0, r[1].indexOf('\n', owner.length + 1) + 1); // owner \n term \n
+              const v = await one.evalsha(acquireScript.sha, 3, ...scriptKeys, 'ts', owner, LOCK_TTL_MS, '{}', `${prefix}events:ts`);
+              if (typeof v !== 'string') throw new Error('tenure-scripts: not acquired'); // taken: the new lease value
+              const head = v.slice(0, v.indexOf('\n', owner.length + 1) + 1); // owner \n term \n
               await one.evalsha(releaseScript.sha, 1, scriptKeys[0]!, head, `${prefix}events:ts`);
             },
           },
@@ -321,22 +330,30 @@ export function redisLocksBenchmark(): Benchmark {
         const latency = new Map<string, number[]>(variants.map((v) => [v.id, []]));
         const rates = new Map<string, number[]>(variants.map((v) => [v.id, []]));
         for (const v of variants) for (let k = 0; k < WARMUP; k++) await v.op();
-        // Rounds visit the variants in turn, a block of operations each (the order reversed every
-        // other round), so that load from elsewhere on the machine falls on all variants alike,
-        // while each block still runs one client's warm loop as a user's code would.
+        // Step by step, one operation of every variant in a freshly shuffled order (see the header:
+        // load from elsewhere on the machine then falls on all variants alike).
+        const random = new SeededRandom(13);
+        const order = [...variants];
         const seqVsTheirs: number[] = [];
         const seqVsRaw: number[] = [];
         for (let r = 0; r < ROUNDS; r++) {
-          const round = new Map<string, number>();
-          for (const v of r % 2 === 0 ? variants : [...variants].reverse()) {
-            const lat = latency.get(v.id)!;
-            const t0 = nowNs();
-            for (let k = 0; k < OPS_PER_ROUND; k++) {
+          const spent = new Map<string, number>(variants.map((v) => [v.id, 0]));
+          for (let k = 0; k < OPS_PER_ROUND; k++) {
+            for (let j = order.length - 1; j > 0; j--) {
+              const x = Math.floor(random.next() * (j + 1));
+              [order[j], order[x]] = [order[x]!, order[j]!];
+            }
+            for (const v of order) {
               const s = nowNs();
               await v.op();
-              lat.push(msBetween(s, nowNs()));
+              const ms = msBetween(s, nowNs());
+              latency.get(v.id)!.push(ms);
+              spent.set(v.id, spent.get(v.id)! + ms);
             }
-            const rate = opsPerSecond(OPS_PER_ROUND, msBetween(t0, nowNs()));
+          }
+          const round = new Map<string, number>();
+          for (const v of variants) {
+            const rate = opsPerSecond(OPS_PER_ROUND, spent.get(v.id)!);
             rates.get(v.id)!.push(rate);
             round.set(v.id, rate);
           }

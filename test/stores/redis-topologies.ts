@@ -84,6 +84,15 @@ export class RedisProcess {
     if (proc.exitCode !== null) throw new Error(`redis-server on ${this.port} exited with ${proc.exitCode}: ${readFileSync(log, 'utf8').trim().slice(-800)}`);
   }
 
+  /** SIGSTOP: the server keeps its sockets but answers nothing until resume(). */
+  pause(): void {
+    this.proc?.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    this.proc?.kill('SIGCONT');
+  }
+
   /** SIGKILL and wait for the exit. */
   async kill(): Promise<void> {
     const proc = this.proc;

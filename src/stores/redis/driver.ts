@@ -123,6 +123,57 @@ function compareCommands(Command: CommandClass): boolean {
   }
 }
 
+/**
+ * Keep a client from staying closed when ioredis ends it by itself in the middle of a connect.
+ *
+ * ioredis ends a client for good (status `end`: every later command fails with "Connection is
+ * closed.") when its connect attempt is cut short by anything but its owner. With `failoverDetector`
+ * a Sentinel client does this to itself: a `+switch-master` notice that arrives while the client
+ * is asking a sentinel for the master, during a reconnect, stops the attempt, and the client never
+ * tries again (seen in this project's CI after a master was killed; redis/ioredis#1683 reports the
+ * same). A store on such a client would fail every call until the process restarted.
+ *
+ * So, for a plain or Sentinel client (a Cluster reconnects its nodes itself): when the client ends
+ * straight from `connecting` and its owner did not close it (ioredis's `manuallyClosing`, set by
+ * `disconnect()` and `quit()`), connect it again after 100 ms, doubling up to 2 s while attempts
+ * fail. An end that follows a closed connection is ioredis obeying `retryStrategy`, and is left
+ * alone. Returns a function that stops watching (the store calls it on close).
+ */
+export function reconnectWhenEndedMidConnect(client: RedisClient): () => void {
+  if (client.isCluster) return () => {};
+  const redis = client as Redis;
+  let last = redis.status as string;
+  let failures = 0;
+  let timer: NodeJS.Timeout | null = null;
+  const statuses = ['connecting', 'connect', 'ready', 'close', 'reconnecting'] as const;
+  const seen = statuses.map((status) => {
+    const listener = (): void => {
+      last = status;
+      if (status === 'ready') failures = 0;
+    };
+    redis.on(status, listener);
+    return [status, listener] as const;
+  });
+  const onEnd = (): void => {
+    const fromConnecting = last === 'connecting';
+    last = 'end';
+    if (!fromConnecting || timer || (redis as unknown as { manuallyClosing?: boolean }).manuallyClosing === true) return;
+    const delay = Math.min(100 * 2 ** failures++, 2000);
+    timer = setTimeout(() => {
+      timer = null;
+      if (redis.status === 'end') redis.connect().catch(() => {}); // a failure ends it again, and brings us back here
+    }, delay);
+    timer.unref();
+  };
+  redis.on('end', onEnd);
+  return () => {
+    if (timer) clearTimeout(timer);
+    timer = null;
+    for (const [status, listener] of seen) redis.off(status, listener);
+    redis.off('end', onEnd);
+  };
+}
+
 /** `host:port` of a client for error messages (never its password). */
 export function addressOf(client: RedisClient): string {
   if (client.isCluster) {

@@ -42,7 +42,7 @@ import type {
   WatchListener,
 } from '../../core/index.js';
 import type { Redis } from 'ioredis';
-import { addressOf, commandMaker, loadIoredis, ownClientOptions } from './driver.js';
+import { addressOf, commandMaker, loadIoredis, ownClientOptions, reconnectWhenEndedMidConnect } from './driver.js';
 import type { LuaScript, MakeCommand, RedisClient } from './driver.js';
 import { Deadlines } from '../deadlines.js';
 import { acquireScript, appendScript, listScript, readScript, releaseScript, renewManyScript, renewScript } from './scripts.js';
@@ -111,6 +111,8 @@ export class RedisStore implements Store {
   /** Calls written to the corked socket since it was corked or last flushed. */
   private corkedWrites = 0;
   private closed = false;
+  /** Stop reconnecting the client and the subscriber (see reconnectWhenEndedMidConnect). */
+  private readonly unwatchEnds: (() => void)[] = [];
 
   constructor(options: RedisStoreOptions) {
     const prefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
@@ -137,6 +139,7 @@ export class RedisStore implements Store {
     const opts = this.client.options as { keyPrefix?: string; redisOptions?: { keyPrefix?: string } };
     this.clientKeyPrefix = opts.keyPrefix ?? opts.redisOptions?.keyPrefix ?? '';
     this.command = commandMaker(ioredis.Command, opts.keyPrefix);
+    this.unwatchEnds.push(reconnectWhenEndedMidConnect(this.client));
   }
 
   async acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
@@ -264,6 +267,7 @@ export class RedisStore implements Store {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    for (const unwatch of this.unwatchEnds) unwatch();
     for (const w of this.watched.values()) if (w.expiryTimer) clearTimeout(w.expiryTimer);
     this.watched.clear();
     this.channels.clear();
@@ -404,6 +408,7 @@ export class RedisStore implements Store {
     if (this.subscriber) return this.subscriber;
     const sub = this.client.duplicate();
     sub.on('error', () => {});
+    this.unwatchEnds.push(reconnectWhenEndedMidConnect(sub));
     sub.on('message', (channel: string, message: string) => this.onMessage(channel, message));
     let connectedBefore = false;
     sub.on('ready', () => {

@@ -15,7 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StoreUnavailableError } from '../../src/core/index.js';
 import { ownClientOptions } from '../../src/stores/redis/driver.js';
 import { RedisStore } from '../../src/stores/redis/index.js';
-import { startSentinel, waitUntil } from './redis-topologies.js';
+import { startSentinel, untilRecovered, waitUntil } from './redis-topologies.js';
 import type { PrivateSentinel } from './redis-topologies.js';
 
 let setup: PrivateSentinel;
@@ -75,18 +75,7 @@ describe('Redis store on a Sentinel client that ioredis ends during a failover',
 
     // ioredis ends the client (the race this test is about); the store connects it again.
     await waitUntil('ioredis ended the client', async () => ends > 0, 10_000);
-    const until = Date.now() + 30_000;
-    let lease;
-    for (;;) {
-      try {
-        lease = await store.read('g');
-        break;
-      } catch (err) {
-        expect(err).toBeInstanceOf(StoreUnavailableError);
-        if (Date.now() > until) throw err;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+    const { value: lease } = await untilRecovered(() => store.read('g'));
     expect(lease).toMatchObject({ owner: 'a', term: 1 });
     expect(client.status).toBe('ready');
     expect(client.stream?.remotePort).toBe(setup.servers[1]!.port);

@@ -16,11 +16,11 @@
  */
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { StaleTermError, StoreUnavailableError } from '../../src/core/index.js';
+import { StaleTermError } from '../../src/core/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { ownClientOptions } from '../../src/stores/redis/driver.js';
 import { RedisStore } from '../../src/stores/redis/index.js';
-import { startSentinel, waitUntil } from './redis-topologies.js';
+import { startSentinel, untilRecovered, waitUntil } from './redis-topologies.js';
 import type { PrivateSentinel } from './redis-topologies.js';
 
 let setup: PrivateSentinel;
@@ -39,22 +39,6 @@ function store(c: Redis): RedisStore {
   const s = new RedisStore({ client: c, keyPrefix: '{sentinel}:', commandTimeoutMs: 1000 });
   stores.push(s);
   return s;
-}
-
-/** Run `fn` until it succeeds; every failure on the way must be StoreUnavailableError. Returns the failures seen. */
-async function untilRecovered<T>(fn: () => Promise<T>, ms = 30_000): Promise<{ value: T; failures: number }> {
-  const until = Date.now() + ms;
-  let failures = 0;
-  for (;;) {
-    try {
-      return { value: await fn(), failures };
-    } catch (err) {
-      expect(err).toBeInstanceOf(StoreUnavailableError);
-      failures++;
-      if (Date.now() > until) throw err;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
 }
 
 /** Wait until the replica has everything the master got from these clients so far (WAIT 1 on each connection). */

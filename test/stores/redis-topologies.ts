@@ -15,6 +15,8 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { expect } from 'vitest';
+import { StoreUnavailableError } from '../../src/core/index.js';
 import { freePort, killAndWait } from './redis-servers.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -26,6 +28,22 @@ export async function waitUntil(what: string, check: () => Promise<boolean>, ms 
     if (await check().catch(() => false)) return;
     if (Date.now() > until) throw new Error(`timed out after ${ms} ms waiting until ${what}`);
     await sleep(50);
+  }
+}
+
+/** Run `fn` until it succeeds; every failure on the way must be StoreUnavailableError. Returns the failures seen. */
+export async function untilRecovered<T>(fn: () => Promise<T>, ms = 30_000): Promise<{ value: T; failures: number }> {
+  const until = Date.now() + ms;
+  let failures = 0;
+  for (;;) {
+    try {
+      return { value: await fn(), failures };
+    } catch (err) {
+      expect(err).toBeInstanceOf(StoreUnavailableError);
+      failures++;
+      if (Date.now() > until) throw err;
+      await sleep(100);
+    }
   }
 }
 

@@ -142,35 +142,35 @@ function compareCommands(Command: CommandClass): boolean {
 export function reconnectWhenEndedMidConnect(client: RedisClient): () => void {
   if (client.isCluster) return () => {};
   const redis = client as Redis;
-  let last = redis.status as string;
+  // Every end ioredis reaches through a closed connection emits 'close' first; only a connect
+  // attempt that fails ends the client straight from 'connecting'.
+  let midConnect = redis.status === 'connecting';
   let failures = 0;
   let timer: NodeJS.Timeout | null = null;
-  const statuses = ['connecting', 'connect', 'ready', 'close', 'reconnecting'] as const;
-  const seen = statuses.map((status) => {
-    const listener = (): void => {
-      last = status;
-      if (status === 'ready') failures = 0;
-    };
-    redis.on(status, listener);
-    return [status, listener] as const;
-  });
+  const onConnecting = (): void => {
+    midConnect = true;
+  };
+  const onClose = (): void => {
+    midConnect = false;
+  };
+  const onReady = (): void => {
+    failures = 0;
+  };
   const onEnd = (): void => {
-    const fromConnecting = last === 'connecting';
-    last = 'end';
-    if (!fromConnecting || timer || (redis as unknown as { manuallyClosing?: boolean }).manuallyClosing === true) return;
-    const delay = Math.min(100 * 2 ** failures++, 2000);
+    if (!midConnect || timer || (redis as unknown as { manuallyClosing?: boolean }).manuallyClosing === true) return;
+    midConnect = false;
     timer = setTimeout(() => {
       timer = null;
       if (redis.status === 'end') redis.connect().catch(() => {}); // a failure ends it again, and brings us back here
-    }, delay);
+    }, Math.min(100 * 2 ** failures++, 2000));
     timer.unref();
   };
-  redis.on('end', onEnd);
+  const listeners = { connecting: onConnecting, close: onClose, ready: onReady, end: onEnd };
+  for (const [event, listener] of Object.entries(listeners)) redis.on(event, listener);
   return () => {
     if (timer) clearTimeout(timer);
     timer = null;
-    for (const [status, listener] of seen) redis.off(status, listener);
-    redis.off('end', onEnd);
+    for (const [event, listener] of Object.entries(listeners)) redis.off(event, listener);
   };
 }
 

@@ -201,7 +201,7 @@ export function redisLocksBenchmark(): Benchmark {
   const description =
     `Locks on Redis (private redis-server processes, no persistence). Uncontended: one client, acquire + release of one key, ${ROUNDS} rounds of ${OPS_PER_ROUND} per variant, ` +
     `the variants interleaved operation by operation in a shuffled order; per-round ratios. Concurrent: one client keeping ${CONCURRENT} acquire + release operations in flight on distinct keys, ` +
-    `${ROUNDS} rounds of ${CONCURRENT * CONCURRENT_OPS_PER_WORKER} per variant, interleaved the same way. Contended: ${CLIENTS} clients on one key (hold ${HOLD_MS} ms, then ${PAUSE_MS} ms away), ${HANDOFFS} handoffs each for tenure Lock (push), ` +
+    `${ROUNDS} rounds of ${CONCURRENT * CONCURRENT_OPS_PER_WORKER} per variant, a block of each variant in turn (the order reversed every other round). Contended: ${CLIENTS} clients on one key (hold ${HOLD_MS} ms, then ${PAUSE_MS} ms away), ${HANDOFFS} handoffs each for tenure Lock (push), ` +
     'node-redlock 4 (retry delay 200 ± 100 ms, its default) and redis-semaphore Mutex (retry every 10 ms, its default).';
   return {
     name,

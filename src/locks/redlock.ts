@@ -309,7 +309,7 @@ export class Redlock implements AsyncDisposable {
         const addr = this.instances[i]!.address;
         if (r.kind === 'unknown') return `${addr} unavailable (${r.reason})`;
         if (r.trusted) return `${addr} counted`;
-        if (r.marker === '') return `${addr} has lost its counters (no marker: emptied or new), re-seeding`;
+        if (r.marker === '') return `${addr} re-seeding (no marker: emptied, or new beside servers in use)`;
         return `${addr} re-seeding (in probation after it was found emptied, or not yet vouched for on this resource)`;
       });
       return `${counted.length} of ${this.instances.length} servers can vouch for their counter, ${this.quorum} needed: ${why.join('; ')}`;

@@ -19,10 +19,11 @@ return 0`;
 
 /**
  * The quorum counter's acquire: SET NX PX; on a grant INCR the counter, else read it. Replies
- * {granted, counter, marker, trusted}: `marker` is this server's origin ('genesis', 'reborn' or ''
- * when it has none: new or emptied), `trusted` whether its counter for this resource may be counted
- * (a genesis server's always; a reborn server's only once a write-back after its probation vouched
- * for it). KEYS: resource, counter, trust, marker, probation. ARGV: value, ttl.
+ * {granted, counter, marker, trusted, probation}: `marker` is this server's origin ('genesis',
+ * 'reborn' or '' when it has none: new or emptied), `trusted` whether its counter for this resource
+ * may be counted (a genesis server's always; a reborn server's only once a write-back after its
+ * probation vouched for it), `probation` 1 while a reborn server is in probation.
+ * KEYS: resource, counter, trust, marker, probation. ARGV: value, ttl.
  */
 const ACQUIRE_QUORUM = `
 local granted = 0
@@ -35,19 +36,22 @@ else
 end
 local marker = redis.call('GET', KEYS[4]) or ''
 local trusted = 0
+local probation = redis.call('EXISTS', KEYS[5])
 if marker == 'genesis' then
   trusted = 1
-elseif marker == 'reborn' and redis.call('EXISTS', KEYS[5]) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+elseif marker == 'reborn' and probation == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
   trusted = 1
 end
-return {granted, n, marker, trusted}`;
+return {granted, n, marker, trusted, probation}`;
 
 /**
  * The quorum counter's write-back: counter := max(counter, token). A server without a marker gets
  * ARGV[2] ('genesis' only when every server answered without one: a new deployment; otherwise
  * 'reborn', with a probation key that lives ARGV[3] ms). A reborn server past its probation is
- * marked trusted for this resource: from now on its counter is at least every token issued.
- * KEYS: counter, trust, marker, probation. ARGV: token, mode, probationMs.
+ * marked trusted for this resource when the acquisition's own read found it so too (ARGV[4] = '1':
+ * the token was computed after the probation, never from counters read before it was emptied):
+ * from now on its counter is at least every token issued.
+ * KEYS: counter, trust, marker, probation. ARGV: token, mode, probationMs, vouch.
  */
 const WRITE_BACK = `
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -56,7 +60,7 @@ local marker = redis.call('GET', KEYS[3])
 if not marker then
   redis.call('SET', KEYS[3], ARGV[2])
   if ARGV[2] == 'reborn' then redis.call('SET', KEYS[4], '1', 'PX', ARGV[3]) end
-elseif marker == 'reborn' and redis.call('EXISTS', KEYS[4]) == 0 then
+elseif marker == 'reborn' and ARGV[4] == '1' and redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('SET', KEYS[2], '1')
 end
 return 1`;
@@ -116,7 +120,7 @@ export type QuorumMarker = 'genesis' | 'reborn' | '';
 
 /** What one instance said to a quorum-counter acquire. */
 export type QuorumReply =
-  | { readonly kind: 'granted' | 'refused'; readonly counter: number; readonly marker: QuorumMarker; readonly trusted: boolean }
+  | { readonly kind: 'granted' | 'refused'; readonly counter: number; readonly marker: QuorumMarker; readonly trusted: boolean; readonly probation: boolean }
   | { readonly kind: 'unknown'; readonly reason: string };
 
 export class RedlockInstance {
@@ -145,16 +149,16 @@ export class RedlockInstance {
   /** Take `key` iff free, bumping (or, when refused, reading) the quorum counter in the same script. */
   lockQuorum(key: string, value: string, ttlMs: number, timeoutMs: number, keys: QuorumKeys): Promise<QuorumReply> {
     return this.bounded<QuorumReply>(timeoutMs, async () => {
-      const reply = (await acquireQuorum.run(this.client, [key, keys.counter, keys.trust, keys.marker, keys.probation], [value, ttlMs])) as [number, number, string, number];
+      const reply = (await acquireQuorum.run(this.client, [key, keys.counter, keys.trust, keys.marker, keys.probation], [value, ttlMs])) as [number, number, string, number, number];
       const marker = reply[2] === 'genesis' || reply[2] === 'reborn' ? reply[2] : '';
-      return { kind: reply[0] === 1 ? 'granted' : 'refused', counter: Number(reply[1]), marker, trusted: reply[3] === 1 };
+      return { kind: reply[0] === 1 ? 'granted' : 'refused', counter: Number(reply[1]), marker, trusted: reply[3] === 1, probation: reply[4] === 1 };
     });
   }
 
   /** Raise the quorum counter to at least `token` (and mark or vouch for this server, see WRITE_BACK). */
-  writeBack(keys: QuorumKeys, token: number, mode: 'genesis' | 'reborn', probationMs: number, timeoutMs: number): Promise<InstanceReply> {
+  writeBack(keys: QuorumKeys, token: number, mode: 'genesis' | 'reborn', probationMs: number, vouch: boolean, timeoutMs: number): Promise<InstanceReply> {
     return this.bounded(timeoutMs, async () => {
-      await writeBackScript.run(this.client, [keys.counter, keys.trust, keys.marker, keys.probation], [token, mode, probationMs]);
+      await writeBackScript.run(this.client, [keys.counter, keys.trust, keys.marker, keys.probation], [token, mode, probationMs, vouch ? '1' : '0']);
       return { kind: 'granted', term: null };
     });
   }

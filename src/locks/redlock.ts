@@ -310,7 +310,8 @@ export class Redlock implements AsyncDisposable {
         if (r.kind === 'unknown') return `${addr} unavailable (${r.reason})`;
         if (r.trusted) return `${addr} counted`;
         if (r.marker === '') return `${addr} re-seeding (no marker: emptied, or new beside servers in use)`;
-        return `${addr} re-seeding (in probation after it was found emptied, or not yet vouched for on this resource)`;
+        if (r.probation) return `${addr} re-seeding (in probation after it was found emptied)`;
+        return `${addr} re-seeding (not yet vouched for on this resource)`;
       });
       return `${counted.length} of ${this.instances.length} servers can vouch for their counter, ${this.quorum} needed: ${why.join('; ')}`;
     }
@@ -318,7 +319,12 @@ export class Redlock implements AsyncDisposable {
     for (const r of counted) token = Math.max(token, r.kind === 'granted' ? r.counter : r.counter + 1);
     if (!Number.isSafeInteger(token) || token < 1) return `counter value ${token} is out of range`;
     const mode = genesis ? 'genesis' : 'reborn';
-    const written = await Promise.all(this.instances.map((inst) => inst.writeBack(keys, token, mode, probationMs, timeoutMs)));
+    // Vouch only for a reborn server this round's own read found past its probation.
+    const vouch = (i: number): boolean => {
+      const r = replies[i];
+      return r !== undefined && r.kind !== 'unknown' && r.marker === 'reborn' && !r.probation;
+    };
+    const written = await Promise.all(this.instances.map((inst, i) => inst.writeBack(keys, token, mode, probationMs, vouch(i), timeoutMs)));
     const acked = written.filter((w) => w.kind === 'granted').length;
     if (acked < this.quorum) {
       const why = written.map((w, i) => `${this.instances[i]!.address} ${w.kind === 'unknown' ? `unavailable (${w.reason})` : 'written'}`);

@@ -16,7 +16,10 @@
  *                  RedisStore's code: the server's share of tenure-store
  *   tenure-lock    tenure Lock on the Redis store (a LeaderElector per acquisition: subscribes to
  *                  push, acquires, releases)
- *   tenure-redlock-1 / -3   tenure Redlock, fencing counter INCR inside the acquire script
+ *   tenure-redlock-1 / -3   tenure Redlock, fencing counter INCR inside server 0's acquire script
+ *                  (`redisCounter({ instance: 0 })`, one round trip)
+ *   tenure-redlock-3q  tenure Redlock on three, the default quorum counter (every server counts,
+ *                  the token is written back to a majority: a second parallel round trip)
  *   node-redlock-1 / -3     node-redlock 4 (no fencing token)
  *   semaphore      redis-semaphore Mutex (no fencing token)
  * Steps are grouped in rounds of OPS_PER_ROUND; each round also gives ratios of variants measured
@@ -62,7 +65,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { Mutex } from 'redis-semaphore';
-import { Lock, RedisStore, Redlock, SeededRandom, acquireScript, releaseScript } from './lib/built.js';
+import { Lock, RedisStore, Redlock, SeededRandom, acquireScript, quorumCounter, redisCounter, releaseScript } from './lib/built.js';
 import { delay, msBetween, nowNs } from '../test/fixtures/harness.js';
 import { startServers } from '../test/stores/redis-servers.js';
 import type { RedisServer } from '../test/stores/redis-servers.js';
@@ -232,8 +235,9 @@ export function redisLocksBenchmark(): Benchmark {
         const store = new RedisStore({ client: one, keyPrefix: prefix });
         closers.push(() => store.close());
         const storeLock = new Lock(store, 'lock-lock', { id: 'bench' });
-        const redlock1 = new Redlock({ clients: [one], autoExtend: false });
-        const redlock3 = new Redlock({ clients: three, autoExtend: false });
+        const redlock1 = new Redlock({ clients: [one], autoExtend: false, fencing: redisCounter({ instance: 0 }) });
+        const redlock3 = new Redlock({ clients: three, autoExtend: false, fencing: redisCounter({ instance: 0 }) });
+        const redlock3q = new Redlock({ clients: three, autoExtend: false, fencing: quorumCounter({ keyPrefix: prefix }) });
         const theirs1 = new NodeRedlockClass([one], { retryCount: 0 });
         const theirs3 = new NodeRedlockClass(three, { retryCount: 0 });
         const mutex = new Mutex(one, `${prefix}semaphore`, { lockTimeout: LOCK_TTL_MS, acquireAttemptsLimit: 1, refreshInterval: 0 });
@@ -299,6 +303,14 @@ export function redisLocksBenchmark(): Benchmark {
             what: 'tenure Redlock on three instances, fenced (INCR on instance 0 inside its acquire script)',
             op: async () => {
               const h = await redlock3.acquire(`${prefix}rl3`, { ttlMs: LOCK_TTL_MS, waitMs: 0 });
+              await h.release();
+            },
+          },
+          {
+            id: 'tenure-redlock-3q',
+            what: 'tenure Redlock on three instances, the default quorum counter (token from a majority, written back: two parallel round trips)',
+            op: async () => {
+              const h = await redlock3q.acquire(`${prefix}rl3q`, { ttlMs: LOCK_TTL_MS, waitMs: 0 });
               await h.release();
             },
           },

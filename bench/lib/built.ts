@@ -25,7 +25,7 @@ async function load<T>(path: string): Promise<T> {
 
 export const { SeededRandom } = await load<typeof CoreModule>('core/index.js');
 export type SeededRandom = CoreModule.SeededRandom;
-export const { Lock, Redlock } = await load<typeof LocksModule>('locks/index.js');
+export const { Lock, Redlock, quorumCounter, redisCounter } = await load<typeof LocksModule>('locks/index.js');
 export type Lock = LocksModule.Lock;
 export type Redlock = LocksModule.Redlock;
 export const { RedisStore } = await load<typeof RedisModule>('stores/redis/index.js');

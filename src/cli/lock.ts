@@ -4,7 +4,7 @@
  */
 import { checkName, checkOwner, formatToken, limits } from '../core/index.js';
 import { TenureError } from '../core/index.js';
-import { openRedlock, parseRedlockUrl } from '../locks/index.js';
+import { openRedlock, parseRedlockUrl, redactRedlockUrl } from '../locks/index.js';
 import type { AcquireOptions, LockHandle, Redlock } from '../locks/index.js';
 import { durationOption, flagOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
@@ -19,6 +19,8 @@ import type { StoreTarget } from './store.js';
 
 const DEFAULT_TTL_MS = 10_000;
 const DEFAULT_GRACE_MS = 5000;
+/** How long each Redlock server gets to answer the start-up PING, ms. */
+const PROBE_TIMEOUT_MS = 2000;
 
 export const lockSpec: CommandSpec = {
   name: 'lock',
@@ -29,7 +31,8 @@ export const lockSpec: CommandSpec = {
       '(both NAME), TENURE_TERM, TENURE_TOKEN and TENURE_STORE in its environment. The lock is renewed\n' +
       'while CMD runs; if it is lost, CMD\'s process group gets SIGTERM, then SIGKILL after --grace.',
     'Exit codes: CMD\'s own code (1 if CMD exited 0 after being stopped because the lock was lost);\n' +
-      '4 when the lock was not acquired within --wait; 130/143 after SIGINT/SIGTERM; 2 for bad usage.',
+      '4 when the lock was not acquired within --wait; 1 when the store cannot be reached (for redlock://,\n' +
+      'fewer than a quorum of its servers answer); 130/143 after SIGINT/SIGTERM; 2 for bad usage.',
   ],
   options: {
     store: STORE_OPTION,
@@ -60,7 +63,7 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
   if (id !== undefined) checkOwner('--id', id);
   const storeFlag = stringOption(values, 'store');
   const redlockUrl = redlockTarget(storeFlag, io.env);
-  const target = redlockUrl ? { url: redlockUrl, display: redlockUrl.replace(/\/\/[^@/]*@/, '//***@') } : storeTarget(storeFlag, io.env);
+  const target = redlockUrl ? { url: redlockUrl, display: redactRedlockUrl(redlockUrl) } : storeTarget(storeFlag, io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
   const log = new TransitionLog(io.stderr, flagOption(values, 'json'), { lock: name });
 
@@ -164,8 +167,14 @@ async function openRedlockSource(url: string, display: string): Promise<LockSour
     throw new StoreOpenError(`cannot open ${display}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   }
   return {
-    // Redlock needs only a quorum, which acquire itself establishes (or fails with exit code 4).
-    probe: () => Promise.resolve(),
+    // A quorum of servers must answer before waiting starts: with fewer, no lock can be granted,
+    // and waiting (forever, or until --wait's exit code 4, "held by someone else") would hide it.
+    probe: async () => {
+      const { answered, detail } = await redlock.reachable(PROBE_TIMEOUT_MS);
+      if (answered < redlock.quorum) {
+        throw new StoreOpenError(`cannot reach ${display}: ${answered} of ${redlock.instances.length} servers answered, a quorum is ${redlock.quorum}: ${detail}`);
+      }
+    },
     acquire: (name, options, acquire) => redlock.lock(name, { ttlMs: options.ttlMs }).acquire(acquire),
     close: () => redlock.close(),
   };

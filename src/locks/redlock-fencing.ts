@@ -6,6 +6,13 @@
  * so every write it makes must carry a token that the storage compares with the highest it has
  * accepted (safety rule 5). The token must come from something that orders acquisitions:
  *
+ * - `quorumCounter()` (the default) — every server's acquire script bumps its own counter and
+ *   returns it; the token is the highest of a majority's values, written back to a majority
+ *   (counter := max(counter, token)) before the lock is returned. Two majorities share a server, so
+ *   a later holder's token is higher, and any minority of servers may be down. One more parallel
+ *   round trip per acquisition. A server that lost its data (restarted without persistence) is
+ *   detected by its missing marker key and counted again only after a probation, resource by
+ *   resource, once a write-back has raised its counter (docs/redis.md, "The quorum counter").
  * - `redisCounter({ instance })` — INCR of a counter on one of the Redlock servers, inside the
  *   same script as that server's SET NX, so tokens are ordered exactly as that server saw the
  *   key change hands, with no extra round trip. Strictly increasing as long as that one server
@@ -24,6 +31,7 @@ import { checkTerm, checkTtl, limits } from '../core/index.js';
 import type { Clock, Store } from '../core/index.js';
 import type { Redis } from 'ioredis';
 import { RedlockInstance } from './redlock-instance.js';
+import type { QuorumKeys } from './redlock-instance.js';
 
 /** What a generation clock gets for each acquisition that reached quorum. */
 export interface GenerationContext {
@@ -44,6 +52,8 @@ export interface GenerationClock {
   readonly kind: string;
   /** When set, the server at `instance` increments `counterKey(resource)` inside its acquire script. */
   readonly inScript?: { readonly instance: number; counterKey(resource: string): string };
+  /** When set, every server keeps a counter (quorumCounter): the Redlock computes the token itself and never calls `next`. */
+  readonly quorum?: QuorumCounterSpec;
   /**
    * The token for an acquisition that reached quorum (called only when the in-script counter did
    * not answer). Must be greater than every token handed out before. Throw when unavailable:
@@ -54,6 +64,49 @@ export interface GenerationClock {
   extend?(context: GenerationContext, term: number): Promise<boolean>;
   /** Let go of what the clock holds for this acquisition. Errors are ignored. */
   release?(context: GenerationContext, term: number): Promise<void>;
+}
+
+/** What the Redlock needs to run the quorum counter. */
+export interface QuorumCounterSpec {
+  keys(resource: string): QuorumKeys;
+  /** How long a server found emptied is not counted, ms, for a lock of `ttlMs` with per-server timeout `timeoutMs`. */
+  probationMs(ttlMs: number, timeoutMs: number): number;
+}
+
+export interface QuorumCounterOptions {
+  /** Key prefix (default `{tenure}:`, the Redis store's). Counter: PREFIX `term:`RESOURCE, as the Redis store's term key. */
+  keyPrefix?: string;
+  /**
+   * How long a server found without its marker (emptied, or new beside servers in use) is kept
+   * out of the count, ms (default 30000). Never less than twice the lock's TTL plus twice the
+   * per-server timeout; set it to at least the longest TTL any client uses.
+   */
+  probationMs?: number;
+}
+
+/**
+ * The default generation clock: a counter on every server, the token taken from a majority and
+ * written back to a majority. See the file comment and docs/redis.md.
+ */
+export function quorumCounter(options: QuorumCounterOptions = {}): GenerationClock {
+  const prefix = options.keyPrefix ?? '{tenure}:';
+  const probation = options.probationMs ?? 30_000;
+  if (!Number.isInteger(probation) || probation < 0 || probation > limits.ttlMaxMs) {
+    throw new RangeError(`quorumCounter: probationMs must be an integer number of ms in [0, ${limits.ttlMaxMs}], got ${probation}`);
+  }
+  return {
+    kind: 'quorum-counter',
+    quorum: {
+      keys: (resource) => ({
+        counter: `${prefix}term:${resource}`,
+        trust: `${prefix}redlock-trusted:${resource}`,
+        marker: `${prefix}redlock-marker`,
+        probation: `${prefix}redlock-probation`,
+      }),
+      probationMs: (ttlMs, timeoutMs) => Math.min(limits.ttlMaxMs, Math.max(probation, 2 * ttlMs + 2 * timeoutMs)),
+    },
+    next: () => Promise.reject(new Error('the quorum counter is computed by the Redlock itself')),
+  };
 }
 
 export interface RedisCounterOptions {

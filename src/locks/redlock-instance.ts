@@ -17,6 +17,54 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 return 0`;
 
+/**
+ * The quorum counter's acquire: SET NX PX; on a grant INCR the counter, else read it. Replies
+ * {granted, counter, marker, trusted, probation}: `marker` is this server's origin ('genesis',
+ * 'reborn' or '' when it has none: new or emptied), `trusted` whether its counter for this resource
+ * may be counted (a genesis server's always; a reborn server's only once a write-back after its
+ * probation vouched for it), `probation` 1 while a reborn server is in probation.
+ * KEYS: resource, counter, trust, marker, probation. ARGV: value, ttl.
+ */
+const ACQUIRE_QUORUM = `
+local granted = 0
+local n
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  granted = 1
+  n = redis.call('INCR', KEYS[2])
+else
+  n = tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+local marker = redis.call('GET', KEYS[4]) or ''
+local trusted = 0
+local probation = redis.call('EXISTS', KEYS[5])
+if marker == 'genesis' then
+  trusted = 1
+elseif marker == 'reborn' and probation == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  trusted = 1
+end
+return {granted, n, marker, trusted, probation}`;
+
+/**
+ * The quorum counter's write-back: counter := max(counter, token). A server without a marker gets
+ * ARGV[2] ('genesis' only when every server answered without one: a new deployment; otherwise
+ * 'reborn', with a probation key that lives ARGV[3] ms). A reborn server past its probation is
+ * marked trusted for this resource when the acquisition's own read found it so too (ARGV[4] = '1':
+ * the token was computed after the probation, never from counters read before it was emptied):
+ * from now on its counter is at least every token issued.
+ * KEYS: counter, trust, marker, probation. ARGV: token, mode, probationMs, vouch.
+ */
+const WRITE_BACK = `
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+local marker = redis.call('GET', KEYS[3])
+if not marker then
+  redis.call('SET', KEYS[3], ARGV[2])
+  if ARGV[2] == 'reborn' then redis.call('SET', KEYS[4], '1', 'PX', ARGV[3]) end
+elseif marker == 'reborn' and ARGV[4] == '1' and redis.call('EXISTS', KEYS[4]) == 0 then
+  redis.call('SET', KEYS[2], '1')
+end
+return 1`;
+
 /** Extend iff the key still holds our token (compare-and-pexpire). */
 const EXTEND = `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -48,6 +96,8 @@ class Script {
 }
 
 const acquireCounted = new Script(ACQUIRE_COUNTED);
+const acquireQuorum = new Script(ACQUIRE_QUORUM);
+const writeBackScript = new Script(WRITE_BACK);
 const extendScript = new Script(EXTEND);
 const releaseScript = new Script(RELEASE);
 
@@ -55,6 +105,22 @@ const releaseScript = new Script(RELEASE);
 export type InstanceReply =
   | { readonly kind: 'granted'; readonly term: number | null }
   | { readonly kind: 'refused' }
+  | { readonly kind: 'unknown'; readonly reason: string };
+
+/** The keys of the quorum counter on one server, for one resource. */
+export interface QuorumKeys {
+  readonly counter: string;
+  readonly trust: string;
+  readonly marker: string;
+  readonly probation: string;
+}
+
+/** Where a server stands for the quorum counter: '' = no marker (a new or an emptied server). */
+export type QuorumMarker = 'genesis' | 'reborn' | '';
+
+/** What one instance said to a quorum-counter acquire. */
+export type QuorumReply =
+  | { readonly kind: 'granted' | 'refused'; readonly counter: number; readonly marker: QuorumMarker; readonly trusted: boolean; readonly probation: boolean }
   | { readonly kind: 'unknown'; readonly reason: string };
 
 export class RedlockInstance {
@@ -80,6 +146,31 @@ export class RedlockInstance {
     });
   }
 
+  /** Take `key` iff free, bumping (or, when refused, reading) the quorum counter in the same script. */
+  lockQuorum(key: string, value: string, ttlMs: number, timeoutMs: number, keys: QuorumKeys): Promise<QuorumReply> {
+    return this.bounded<QuorumReply>(timeoutMs, async () => {
+      const reply = (await acquireQuorum.run(this.client, [key, keys.counter, keys.trust, keys.marker, keys.probation], [value, ttlMs])) as [number, number, string, number, number];
+      const marker = reply[2] === 'genesis' || reply[2] === 'reborn' ? reply[2] : '';
+      return { kind: reply[0] === 1 ? 'granted' : 'refused', counter: Number(reply[1]), marker, trusted: reply[3] === 1, probation: reply[4] === 1 };
+    });
+  }
+
+  /** Raise the quorum counter to at least `token` (and mark or vouch for this server, see WRITE_BACK). */
+  writeBack(keys: QuorumKeys, token: number, mode: 'genesis' | 'reborn', probationMs: number, vouch: boolean, timeoutMs: number): Promise<InstanceReply> {
+    return this.bounded(timeoutMs, async () => {
+      await writeBackScript.run(this.client, [keys.counter, keys.trust, keys.marker, keys.probation], [token, mode, probationMs, vouch ? '1' : '0']);
+      return { kind: 'granted', term: null };
+    });
+  }
+
+  /** PING within `timeoutMs`: granted when the server answered. */
+  ping(timeoutMs: number): Promise<InstanceReply> {
+    return this.bounded(timeoutMs, async () => {
+      await this.client.ping();
+      return { kind: 'granted', term: null };
+    });
+  }
+
   extend(key: string, value: string, ttlMs: number, timeoutMs: number): Promise<InstanceReply> {
     return this.bounded(timeoutMs, async () => (Number(await extendScript.run(this.client, [key], [value, ttlMs])) === 1 ? { kind: 'granted', term: null } : { kind: 'refused' }));
   }
@@ -95,7 +186,7 @@ export class RedlockInstance {
     return reply.term;
   }
 
-  private bounded<T extends InstanceReply>(timeoutMs: number, fn: () => Promise<T>): Promise<T | InstanceReply> {
+  private bounded<T extends InstanceReply | QuorumReply>(timeoutMs: number, fn: () => Promise<T>): Promise<T | { kind: 'unknown'; reason: string }> {
     return new Promise((resolve) => {
       const cancel = this.clock.setTimer(timeoutMs, () => resolve({ kind: 'unknown', reason: `no answer within ${timeoutMs} ms` }));
       fn().then(

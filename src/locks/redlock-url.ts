@@ -1,5 +1,5 @@
 /**
- * `redlock://host:port,host:port,host:port[?fence=N|none…]`: a Redlock over the listed servers.
+ * `redlock://host:port,host:port,host:port[?fence=quorum|N…]`: a Redlock over the listed servers.
  *
  * Redlock is opened on its own, not through openStore: it is a lock, not a Store. N independent
  * servers with no consensus among them cannot give what the Store interface promises — one term
@@ -7,7 +7,11 @@
  * Its fencing tokens come from a generation clock instead (redlock-fencing.ts).
  *
  * Query parameters:
- *   fence=N        the counter on server N (0-based, default 0) issues fencing tokens
+ *   fence=quorum   (default) every server keeps a counter; tokens from a majority (one more
+ *                  parallel round trip per acquisition; any minority of servers may be down)
+ *   fence=N        the counter on server N alone (0-based) issues fencing tokens, in the acquire
+ *                  round trip; no lock can be taken while server N is down
+ *   probation=D    quorum counter: how long a server found emptied is left out (default 30s)
  *   prefix=P       counter key prefix (default `{tenure}:`, matching the Redis store)
  *   ttl=D          default lock TTL (1500, 1500ms, 10s…)
  *   timeout=D      per-server timeout
@@ -17,20 +21,41 @@ import { InvalidArgumentError, checkTtl, parseDuration, systemClock } from '../c
 import type { Redis } from 'ioredis';
 import { Redlock } from './redlock.js';
 import type { RedlockOptions } from './redlock.js';
-import { redisCounter } from './redlock-fencing.js';
+import { quorumCounter, redisCounter } from './redlock-fencing.js';
 import { loadIoredis } from './redlock-instance.js';
 
 export interface RedlockUrl {
   readonly servers: readonly { readonly host: string; readonly port: number }[];
   readonly password?: string;
-  readonly fenceInstance: number;
+  /** The server whose counter alone issues tokens (`fence=N`), or null for the quorum counter (the default). */
+  readonly fenceInstance: number | null;
+  readonly probationMs?: number;
   readonly keyPrefix?: string;
   readonly ttlMs?: number;
   readonly instanceTimeoutMs?: number;
 }
 
-/** Parse a redlock URL; throws InvalidArgumentError (field `store`) naming what is wrong. */
+/** The URL for messages: a password (everything between `//` and `@`) shown as `***`. */
+export function redactRedlockUrl(url: string): string {
+  return url.replace(/^(\s*redlock:\/\/)[^@/?#]*@/i, '$1***@');
+}
+
+/** Parse a redlock URL; throws InvalidArgumentError (field `store`) naming what is wrong, never showing a password. */
 export function parseRedlockUrl(url: string): RedlockUrl {
+  try {
+    return parse(url);
+  } catch (err) {
+    if (err instanceof InvalidArgumentError) {
+      const shown = redactRedlockUrl(url);
+      const password = /^\s*redlock:\/\/([^@/?#]*)@/i.exec(url)?.[1];
+      const message = err.message.replace(/^store: /, '').split(url).join(shown);
+      throw new InvalidArgumentError('store', password ? message.split(password).join('***') : message);
+    }
+    throw err;
+  }
+}
+
+function parse(url: string): RedlockUrl {
   const m = /^redlock:\/\/(?:(?:[^:@/]*):([^@/]*)@)?([^/?#]+)\/?(?:\?([^#]*))?$/i.exec(url.trim());
   if (!m) throw new InvalidArgumentError('store', `expected redlock://host:port,host:port,host:port, got '${url}'`);
   const servers = m[2]!.split(',').map((part) => {
@@ -41,14 +66,15 @@ export function parseRedlockUrl(url: string): RedlockUrl {
     return { host: hp[1]!.replace(/^\[|\]$/g, ''), port };
   });
   const params = new URLSearchParams(m[3] ?? '');
-  let fenceInstance = 0;
+  let fenceInstance: number | null = null;
   const fence = params.get('fence');
-  if (fence !== null) {
+  if (fence !== null && fence !== 'quorum') {
     if (!/^\d+$/.test(fence) || Number(fence) >= servers.length) {
-      throw new InvalidArgumentError('store', `fence must be a server index in [0, ${servers.length - 1}], got '${fence}'`);
+      throw new InvalidArgumentError('store', `fence must be 'quorum' or a server index in [0, ${servers.length - 1}], got '${fence}'`);
     }
     fenceInstance = Number(fence);
   }
+  const probation = params.get('probation');
   const ttl = params.get('ttl');
   const timeout = params.get('timeout');
   const prefix = params.get('prefix');
@@ -59,6 +85,7 @@ export function parseRedlockUrl(url: string): RedlockUrl {
     ...(prefix !== null ? { keyPrefix: prefix } : {}),
     ...(ttl !== null ? { ttlMs: checkTtl('ttl', parseDuration('ttl', ttl)) } : {}),
     ...(timeout !== null ? { instanceTimeoutMs: parseDuration('timeout', timeout) } : {}),
+    ...(probation !== null ? { probationMs: parseDuration('probation', probation) } : {}),
   };
 }
 
@@ -105,7 +132,13 @@ export async function openRedlock(url: string, options: Partial<Omit<RedlockOpti
   return new Redlock({
     ...(parsed.ttlMs !== undefined ? { ttlMs: parsed.ttlMs } : {}),
     ...(parsed.instanceTimeoutMs !== undefined ? { instanceTimeoutMs: parsed.instanceTimeoutMs } : {}),
-    fencing: redisCounter({ instance: parsed.fenceInstance, ...(parsed.keyPrefix !== undefined ? { keyPrefix: parsed.keyPrefix } : {}) }),
+    fencing:
+      parsed.fenceInstance === null
+        ? quorumCounter({
+            ...(parsed.keyPrefix !== undefined ? { keyPrefix: parsed.keyPrefix } : {}),
+            ...(parsed.probationMs !== undefined ? { probationMs: parsed.probationMs } : {}),
+          })
+        : redisCounter({ instance: parsed.fenceInstance, ...(parsed.keyPrefix !== undefined ? { keyPrefix: parsed.keyPrefix } : {}) }),
     ...rest,
     clients,
     ownsClients: true,

@@ -12,7 +12,8 @@
  *     The drift term covers the servers' clocks running fast relative to ours (driftFactor 0.01 =
  *     1 %) and Redis's 1 ms expiry precision (driftConstantMs 2, as node-redlock).
  *  3. The fencing token comes from the generation clock (redlock-fencing.ts); by default the
- *     counter on server 0, incremented inside that server's acquire script.
+ *     quorum counter: every server's acquire script bumps its own counter, the token is the
+ *     highest of a majority's and is written back to a majority before the lock is returned.
  *  4. Otherwise the value is deleted everywhere by compare-and-delete and the attempt is retried
  *     after retryDelayMs ± retryJitterMs, until `waitMs` or the caller's signal ends the wait.
  *
@@ -42,8 +43,8 @@ import {
 import type { Clock, FencingToken, Random } from '../core/index.js';
 import type { Redis } from 'ioredis';
 import { RedlockInstance } from './redlock-instance.js';
-import type { InstanceReply } from './redlock-instance.js';
-import { redisCounter } from './redlock-fencing.js';
+import type { InstanceReply, QuorumKeys, QuorumReply } from './redlock-instance.js';
+import { quorumCounter } from './redlock-fencing.js';
 import type { GenerationClock, GenerationContext } from './redlock-fencing.js';
 import type { AcquireOptions, LockHandle } from './lock.js';
 
@@ -72,7 +73,11 @@ export interface RedlockOptions {
   retryJitterMs?: number;
   /** How long each server gets to answer one request, ms. Default: ttl/20, clamped to [10, 200]. */
   instanceTimeoutMs?: number;
-  /** Where fencing tokens come from. Default: `redisCounter({ instance: 0 })`. */
+  /**
+   * Where fencing tokens come from. Default: `quorumCounter()` (a counter on every server, the
+   * token from a majority; one more parallel round trip). `redisCounter({ instance: 0 })` keeps it
+   * on one server, in the same round trip, but then that server must be up for any lock.
+   */
   fencing?: GenerationClock;
   /** Extend automatically while held (default true). */
   autoExtend?: boolean;
@@ -150,7 +155,7 @@ export class Redlock implements AsyncDisposable {
       autoExtend: options.autoExtend ?? true,
     };
     this.instanceTimeoutMs = options.instanceTimeoutMs === undefined ? undefined : checkMs('instanceTimeoutMs', options.instanceTimeoutMs, 1, 600_000);
-    this.fencing = options.fencing ?? redisCounter({ instance: 0 });
+    this.fencing = options.fencing ?? quorumCounter();
     if (this.fencing.inScript && this.fencing.inScript.instance >= this.instances.length) {
       throw new InvalidArgumentError('fencing', `the counter is on server ${this.fencing.inScript.instance}, but there are ${this.instances.length} servers`);
     }
@@ -232,9 +237,15 @@ export class Redlock implements AsyncDisposable {
     const value = randomBytes(16).toString('hex');
     const timeoutMs = this.timeoutFor(ttlMs);
     const counter = this.fencing.inScript;
+    const quorumSpec = this.fencing.quorum;
+    const quorumKeys = quorumSpec?.keys(resource);
     const start = this.clock.now();
-    const replies = await Promise.all(
-      this.instances.map((inst, i) => inst.lock(resource, value, ttlMs, timeoutMs, counter && counter.instance === i ? counter.counterKey(resource) : null)),
+    const replies: (InstanceReply | QuorumReply)[] = await Promise.all(
+      this.instances.map((inst, i) =>
+        quorumKeys
+          ? inst.lockQuorum(resource, value, ttlMs, timeoutMs, quorumKeys)
+          : inst.lock(resource, value, ttlMs, timeoutMs, counter && counter.instance === i ? counter.counterKey(resource) : null),
+      ),
     );
     const deadline = start + ttlMs - this.driftMs(ttlMs);
     const granted = replies.filter((r) => r.kind === 'granted').length;
@@ -247,9 +258,14 @@ export class Redlock implements AsyncDisposable {
     if (granted < this.quorum) return fail(this.describe(replies, granted));
     if (this.clock.now() >= deadline) return fail(`quorum of ${granted}/${this.instances.length} came after the validity of ${ttlMs} ms had passed`);
     let term: number | null = null;
-    if (counter) {
+    if (quorumSpec && quorumKeys) {
+      const outcome = await this.quorumToken(replies as QuorumReply[], quorumKeys, quorumSpec.probationMs(ttlMs, timeoutMs), timeoutMs);
+      if (typeof outcome === 'string') return fail(`quorum reached, but the quorum-counter generation clock gave no token: ${outcome}`);
+      term = outcome;
+      if (this.clock.now() >= deadline) return fail(`the fencing token came after the validity of ${ttlMs} ms had passed`);
+    } else if (counter) {
       const r = replies[counter.instance];
-      if (r?.kind === 'granted') term = r.term;
+      if (r?.kind === 'granted' && 'term' in r) term = r.term;
     }
     const context = (): GenerationContext => ({
       resource,
@@ -276,6 +292,47 @@ export class Redlock implements AsyncDisposable {
     return { handle, reason: '' };
   }
 
+  /**
+   * The quorum counter's token for an acquisition that reached quorum: the highest counter among
+   * a majority of servers that can vouch for theirs (a granting server's value was bumped by its
+   * acquire script; a refusing one's is read, so one more than it), then written back to a
+   * majority as max(counter, token). Returns the token, or why there is none.
+   */
+  private async quorumToken(replies: readonly QuorumReply[], keys: QuorumKeys, probationMs: number, timeoutMs: number): Promise<number | string> {
+    const answered = replies.filter((r): r is Exclude<QuorumReply, { kind: 'unknown' }> => r.kind !== 'unknown');
+    // A new deployment: every server answered and none has a marker yet. Otherwise a server
+    // without one was emptied (or is new beside servers in use): it does not count.
+    const genesis = answered.length === this.instances.length && answered.every((r) => r.marker === '');
+    const counted = genesis ? answered : answered.filter((r) => r.trusted);
+    if (counted.length < this.quorum) {
+      const why = replies.map((r, i) => {
+        const addr = this.instances[i]!.address;
+        if (r.kind === 'unknown') return `${addr} unavailable (${r.reason})`;
+        if (r.trusted) return `${addr} counted`;
+        if (r.marker === '') return `${addr} re-seeding (no marker: emptied, or new beside servers in use)`;
+        if (r.probation) return `${addr} re-seeding (in probation after it was found emptied)`;
+        return `${addr} re-seeding (not yet vouched for on this resource)`;
+      });
+      return `${counted.length} of ${this.instances.length} servers can vouch for their counter, ${this.quorum} needed: ${why.join('; ')}`;
+    }
+    let token = 0;
+    for (const r of counted) token = Math.max(token, r.kind === 'granted' ? r.counter : r.counter + 1);
+    if (!Number.isSafeInteger(token) || token < 1) return `counter value ${token} is out of range`;
+    const mode = genesis ? 'genesis' : 'reborn';
+    // Vouch only for a reborn server this round's own read found past its probation.
+    const vouch = (i: number): boolean => {
+      const r = replies[i];
+      return r !== undefined && r.kind !== 'unknown' && r.marker === 'reborn' && !r.probation;
+    };
+    const written = await Promise.all(this.instances.map((inst, i) => inst.writeBack(keys, token, mode, probationMs, vouch(i), timeoutMs)));
+    const acked = written.filter((w) => w.kind === 'granted').length;
+    if (acked < this.quorum) {
+      const why = written.map((w, i) => `${this.instances[i]!.address} ${w.kind === 'unknown' ? `unavailable (${w.reason})` : 'written'}`);
+      return `token ${token} written back to ${acked} of ${this.instances.length} servers, ${this.quorum} needed: ${why.join('; ')}`;
+    }
+    return token;
+  }
+
   /** @internal Extend on every server; resolves with the grants and the send time. */
   async extendEverywhere(resource: string, value: string, ttlMs: number): Promise<{ sentAt: number; replies: InstanceReply[] }> {
     const sentAt = this.clock.now();
@@ -295,12 +352,19 @@ export class Redlock implements AsyncDisposable {
     return { clock: this.clock, retryDelayMs: this.options.retryDelayMs };
   }
 
-  private describe(replies: readonly InstanceReply[], granted: number): string {
+  /** Ask every server to answer a PING within `timeoutMs`: how many did, and what each said. */
+  async reachable(timeoutMs = 1000): Promise<{ answered: number; detail: string }> {
+    const replies = await Promise.all(this.instances.map((i) => i.ping(timeoutMs)));
+    const detail = replies.map((r, i) => `${this.instances[i]!.address} ${r.kind === 'unknown' ? `unavailable (${r.reason})` : 'answered'}`).join('; ');
+    return { answered: replies.filter((r) => r.kind === 'granted').length, detail };
+  }
+
+  private describe(replies: readonly (InstanceReply | QuorumReply)[], granted: number): string {
     const parts = replies.map((r, i) => {
       const addr = this.instances[i]!.address;
       if (r.kind === 'granted') return `${addr} granted`;
-      if (r.kind === 'refused') return `${addr} held by another`;
-      return `${addr} unavailable (${r.reason})`;
+      if (r.kind === 'unknown') return `${addr} unavailable (${r.reason})`;
+      return `${addr} held by another`;
     });
     return `${granted} of ${this.instances.length} servers granted, quorum is ${this.quorum}: ${parts.join('; ')}`;
   }

@@ -2,11 +2,13 @@
  * The command on the network stores: `tenure lock` over Redlock (three private Redis servers),
  * `tenure run --once` on redis://, and `tenure migrate` creating PostgreSQL and MySQL tables.
  */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import pg from 'pg';
 import mysql from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
-import { startServers } from '../stores/redis-servers.js';
+import { freePort, startServers } from '../stores/redis-servers.js';
 import type { RedisServer } from '../stores/redis-servers.js';
 import { cleanUp, lines, sandbox, start, tenure, waitUntil } from './helpers.js';
 
@@ -34,6 +36,28 @@ describe('tenure lock --store redlock://', () => {
     expect(first.code).toBe(0);
     const after = await tenure(box, ['lock', 'nightly', '--store', url, '--wait', '5s', '--', process.execPath, '-e', 'process.exit(5)']);
     expect(after.code).toBe(5);
+  });
+
+  it('exits 1 with one line naming the URL (password hidden) when fewer than a quorum of servers answer, with or without --wait', async () => {
+    const dead = [await freePort(), await freePort(), await freePort()].map((p) => `127.0.0.1:${p}`);
+    const none = `redlock://:s3cret@${dead.join(',')}`;
+    const one = `redlock://${servers[0]!.address},${dead[1]},${dead[2]}`;
+    for (const [url, answered] of [[none, 0], [one, 1]] as const) {
+      for (const wait of [[], ['--wait', '3s']]) {
+        const box = sandbox();
+        const startedAt = Date.now();
+        const r = await tenure(box, ['lock', 'x', '--store', url, ...wait, '--', 'touch', 'ran'], { timeoutMs: 20_000 });
+        const why = `${url} ${wait.join(' ')}: ${r.stderr}`;
+        expect(r.code, why).toBe(1);
+        expect(lines(r.stderr), why).toHaveLength(1);
+        expect(r.stderr, why).toContain(`${answered} of 3 servers answered, a quorum is 2`);
+        expect(r.stderr, why).toContain(`${dead[1]} unavailable`);
+        expect(r.stderr, why).not.toContain('s3cret');
+        if (url === none) expect(r.stderr, why).toContain(`cannot reach redlock://***@${dead[0]}`);
+        expect(Date.now() - startedAt, why).toBeLessThan(10_000);
+        expect(existsSync(join(box.dir, 'ran')), why).toBe(false);
+      }
+    }
   });
 
   it('rejects a malformed redlock URL as bad usage', async () => {

@@ -9,7 +9,7 @@
 import { createRequire } from 'node:module';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { Redlock } from '../../src/locks/index.js';
+import { Redlock, redisCounter } from '../../src/locks/index.js';
 import { RedisStore } from '../../src/stores/redis/index.js';
 import { deleteKeys } from './redis-backend.js';
 
@@ -56,7 +56,7 @@ await measure('tenure RedisStore, fenced (term)', async (i) => {
   await store.release('lease', `bench~${i}`, r.lease.term);
 });
 
-const ours = new Redlock({ clients: [client], autoExtend: false, fencing: undefined });
+const ours = new Redlock({ clients: [client], autoExtend: false, fencing: redisCounter({ instance: 0 }) });
 await measure('tenure Redlock, one instance, fenced', async () => {
   const h = await ours.acquire(`${prefix}rl`, { ttlMs: 10_000, waitMs: 0 });
   await h.release();

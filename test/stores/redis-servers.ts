@@ -1,6 +1,8 @@
 /**
- * Private `redis-server` processes for fault tests: each on a free port, no persistence, in its
- * own temp dir; killed, paused (SIGSTOP), resumed and restarted on the same port.
+ * Private `redis-server` processes for fault tests: each on a free port, in its own temp dir, with
+ * no persistence (a restart comes back empty) unless `persist` is set (append-only file, fsync
+ * on every write: a restart comes back with every acknowledged write); killed, paused (SIGSTOP),
+ * resumed and restarted on the same port.
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -41,8 +43,11 @@ export class RedisServer {
   readonly dir: string;
   private proc: ChildProcess | null = null;
 
-  private constructor(port: number) {
+  readonly persist: boolean;
+
+  private constructor(port: number, persist: boolean) {
     this.port = port;
+    this.persist = persist;
     this.dir = mkdtempSync(join(tmpdir(), 'tenure-redis-'));
   }
 
@@ -59,18 +64,19 @@ export class RedisServer {
     return this.proc?.pid;
   }
 
-  static async start(): Promise<RedisServer> {
-    const server = new RedisServer(await freePort());
+  static async start(options: { persist?: boolean } = {}): Promise<RedisServer> {
+    const server = new RedisServer(await freePort(), options.persist ?? false);
     await server.restart();
     return server;
   }
 
-  /** Start (again) on the same port, with an empty data set. */
+  /** Start (again) on the same port: with an empty data set, or with the persisted one when `persist` is set. */
   async restart(): Promise<void> {
     if (this.proc) await this.kill();
+    const durability = this.persist ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no'];
     const proc = spawn(
       'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', this.dir, '--protected-mode', 'no', '--loglevel', 'warning'],
+      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', ...durability, '--dir', this.dir, '--protected-mode', 'no', '--loglevel', 'warning'],
       { stdio: 'ignore' },
     );
     this.proc = proc;
@@ -105,6 +111,6 @@ export class RedisServer {
 }
 
 /** Start `n` servers at once. */
-export async function startServers(n: number): Promise<RedisServer[]> {
-  return Promise.all(Array.from({ length: n }, () => RedisServer.start()));
+export async function startServers(n: number, options: { persist?: boolean } = {}): Promise<RedisServer[]> {
+  return Promise.all(Array.from({ length: n }, () => RedisServer.start(options)));
 }

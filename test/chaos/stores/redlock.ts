@@ -2,7 +2,7 @@
  * Redlock under chaos: three private redis-servers, each node reaching every one through its own
  * fault proxy. Redlock is a lock, not a Store, so this entry runs the `redlock` workload
  * (test/fixtures/chaos-node.ts): per group a node takes the Redlock named after the group, with
- * a fencing token from `redisCounter({ instance: 0 })` (the default, `redlock://…?fence=0`: an
+ * a fencing token from `redisCounter({ instance: 0 })` (the single-server counter, `redlock://…?fence=0`: an
  * INCR of `{tenure}:term:GROUP` inside server 0's acquire script), and appends to the group's
  * stream in a Redis store on server 0 (`redis://server0`), whose `appendFenced` checks exactly
  * those tokens (docs/redis.md). The checker then holds the same properties as for a Store.

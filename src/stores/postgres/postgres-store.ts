@@ -34,6 +34,7 @@ import {
   checkToken,
   checkTtl,
   decodeMeta,
+  decodeTerm,
   encodeMeta,
 } from '../../core/index.js';
 import type {
@@ -521,7 +522,7 @@ export class PostgresStore implements Store {
     if (!w || !row) return;
     const live = row.live === true;
     const lease = live ? toLease(row) : null;
-    this.advance(name, w, { term: Number(row.term), owner: live ? String(row.owner) : null }, lease);
+    this.advance(name, w, { term: decodeTerm('postgres', name, row.term), owner: live ? String(row.owner) : null }, lease);
   }
 
   private startListening(): void {
@@ -607,10 +608,11 @@ export class PostgresStore implements Store {
 
 /** The live lease in a row with name, owner, term, ttl_ms, meta, remaining_ms. */
 function toLease(row: Record<string, unknown>): Lease {
+  const name = String(row.name);
   return {
-    name: String(row.name),
+    name,
     owner: String(row.owner),
-    term: Number(row.term),
+    term: decodeTerm('postgres', name, row.term),
     meta: decodeMeta(typeof row.meta === 'string' ? row.meta : null),
     ttlMs: Number(row.ttl_ms),
     remainingMs: Math.max(0, Math.floor(Number(row.remaining_ms))),

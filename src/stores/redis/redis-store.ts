@@ -26,7 +26,9 @@ import {
   checkToken,
   checkTtl,
   decodeMeta,
+  decodeTerm,
   encodeMeta,
+  timerDelay,
 } from '../../core/index.js';
 import type {
   AcquireResult,
@@ -439,7 +441,15 @@ export class RedisStore implements Store {
   private onMessage(channel: string, message: string): void {
     const name = this.channels.get(channel);
     if (name === undefined) return;
-    this.deliver(name, message === '' ? null : parseLeaseMessage(name, message));
+    let lease: Lease | null;
+    try {
+      lease = message === '' ? null : parseLeaseMessage(name, message);
+    } catch {
+      // A value tenure cannot use (a term beyond 2^53 - 1): nothing to tell watchers; callers
+      // get the StoreDataError on their own calls.
+      return;
+    }
+    this.deliver(name, lease);
   }
 
   /** Read the lease and deliver it if it differs from what watchers were last told. */
@@ -482,7 +492,7 @@ export class RedisStore implements Store {
     w.expiryTimer = setTimeout(() => {
       w.expiryTimer = null;
       void this.recheck(name);
-    }, Math.max(1, remainingMs) + 2);
+    }, timerDelay(Math.max(1, remainingMs) + 2)); // a lease another client made may be years long
     w.expiryTimer.unref();
   }
 }
@@ -525,7 +535,7 @@ function parseLeaseValue(name: string, value: unknown, remainingMs: number): Lea
   return {
     name,
     owner: value.slice(0, a),
-    term: Number(value.slice(a + 1, b)),
+    term: decodeTerm('redis', name, value.slice(a + 1, b)),
     meta: decodeMeta(meta),
     ttlMs: Number(value.slice(b + 1, c)),
     remainingMs: remainingMs > 0 ? remainingMs : 0,

@@ -23,6 +23,7 @@ import {
   ClosedError,
   InvalidArgumentError,
   StaleTermError,
+  StoreDataError,
   StoreUnavailableError,
   TenureError,
   checkMs,
@@ -423,6 +424,11 @@ export class PostgresStore implements Store {
 
   private translate(operation: string, err: unknown): Error {
     if (err instanceof TenureError) return err;
+    // 22003 numeric_value_out_of_range: a term at the top of bigint (planted by hand) cannot be
+    // bumped. An answer, not an outage: retrying gives the same.
+    if ((err as { code?: unknown }).code === '22003') {
+      return new StoreDataError(`postgres store ${this.endpoint}: ${operation}: a term cannot grow any further (${describe(err)})`);
+    }
     return new StoreUnavailableError(`postgres store ${this.endpoint}: ${operation} failed: ${describe(err)}`, { cause: err });
   }
 

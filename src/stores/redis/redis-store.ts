@@ -15,6 +15,7 @@ import {
   ClosedError,
   InvalidArgumentError,
   StaleTermError,
+  StoreDataError,
   StoreUnavailableError,
   TenureError,
   checkMs,
@@ -399,6 +400,8 @@ export class RedisStore implements Store {
     if (err instanceof TenureError) return err;
     if (this.closed) return new ClosedError('redis store');
     const message = err instanceof Error ? err.message : String(err);
+    // INCR of a term key at 2^63 - 1 (planted by hand): an answer, not an outage.
+    if (/increment or decrement would overflow/.test(message)) return new StoreDataError(`redis store ${this.address}: ${op}: the term cannot grow any further (${message})`);
     return new StoreUnavailableError(`redis store ${this.address}: ${op} failed: ${message}`, { cause: err });
   }
 

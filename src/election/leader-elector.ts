@@ -175,7 +175,12 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   start(): void {
     if (this.loop) return;
     if (this.stopping) throw new NotLeaderError(`elector for ${this.group} was stopped; make a new one`);
-    if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.onPush(lease));
+    try {
+      if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.onPush(lease));
+    } catch (err) {
+      // Campaign without push (the loop polls); the store's failure is reported, not thrown.
+      this.emit('store-error', { operation: 'watch', error: toError(err) });
+    }
     this.loop = this.run();
   }
 

@@ -18,7 +18,11 @@ export interface LockOptions extends TimingOptions {
 export interface AcquireOptions {
   /** Give up (reject with the signal's reason) when this aborts. */
   signal?: AbortSignal;
-  /** Give up with LockTimeoutError after this many ms. Default: wait until acquired or aborted. */
+  /**
+   * Give up with LockTimeoutError after this many ms. An attempt sent within the wait counts,
+   * however late its answer comes: `waitMs: 0` is exactly one attempt, a free lock is taken.
+   * Default: wait until acquired or aborted.
+   */
   waitMs?: number;
 }
 
@@ -70,7 +74,11 @@ export class Lock {
       }
       signal?.addEventListener('abort', onAbort, { once: true });
       if (waitMs !== undefined) {
-        cancelTimer = (this.options.clock ?? systemClock).setTimer(waitMs, () => fail(new LockTimeoutError(this.name, waitMs)));
+        // The wait bounds when attempts start, not when their answers come: at the end of the
+        // wait, the acquire on its way (the first one, with waitMs 0) still decides.
+        cancelTimer = (this.options.clock ?? systemClock).setTimer(waitMs, () => {
+          if (!settled) void elector.settled().then(() => fail(new LockTimeoutError(this.name, waitMs)));
+        });
       }
       elector.once('elected', ({ token }) => {
         if (settled) return;

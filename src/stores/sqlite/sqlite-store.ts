@@ -292,7 +292,12 @@ export class SqliteStore implements Store {
     if (this.closed) throw new ClosedError('sqlite store');
     let w = this.watched.get(name);
     if (!w) {
-      const row = this.getRow(name);
+      let row: LeaseRow | undefined;
+      try {
+        row = this.getRow(name);
+      } catch {
+        row = undefined; // busy, or a row tenure cannot use: the poll compares from nothing
+      }
       const now = this.clock.now();
       w = { listeners: new Set(), last: isLive(row, now) ? { owner: row.owner, term: row.term, expiresAtMs: row.expiresAtMs } : null };
       this.watched.set(name, w);

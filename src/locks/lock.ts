@@ -3,7 +3,7 @@
  * Built on LeaderElector, so it inherits the deadline rule: `handle.signal` aborts before the
  * lease could expire if renewals stop succeeding.
  */
-import { LockTimeoutError, NotLeaderError, checkMs, limits, systemClock } from '../core/index.js';
+import { LockTimeoutError, NotLeaderError, TenureError, checkMs, limits, systemClock } from '../core/index.js';
 import type { Clock, FencingToken, LeaseMeta, Random, Store, TimingOptions } from '../core/index.js';
 import { LeaderElector } from '../election/index.js';
 
@@ -49,7 +49,11 @@ export class Lock {
     new LeaderElector({ ...options, store, group: name });
   }
 
-  /** Acquire the lock, waiting as the options allow. */
+  /**
+   * Acquire the lock, waiting as the options allow. Rejects with LockTimeoutError after `waitMs`,
+   * with the signal's reason on abort, and with the error itself when the store answers something
+   * waiting cannot fix (a StoreDataError for a lease whose term tenure cannot use).
+   */
   acquire(options: AcquireOptions = {}): Promise<LockHandle> {
     const { signal, waitMs } = options;
     if (waitMs !== undefined) checkMs('waitMs', waitMs, 0, limits.ttlMaxMs);
@@ -63,9 +67,16 @@ export class Lock {
         cleanup();
         void elector.stop().then(() => reject(err as Error));
       };
+      // A fault (see LeaderElector: a lease row tenure cannot use, a store that broke its
+      // contract) is not worth waiting out: the acquire fails with it. An outage is waited out.
+      const onStoreError = ({ operation, error }: { operation: string; error: Error }): void => {
+        if (operation === 'release' || (error instanceof TenureError && error.code === 'STORE_UNAVAILABLE')) return;
+        fail(error);
+      };
       const onAbort = (): void => fail(signal?.reason ?? new LockTimeoutError(this.name, waitMs ?? 0));
       const cleanup = (): void => {
         cancelTimer();
+        elector.off('store-error', onStoreError);
         signal?.removeEventListener('abort', onAbort);
       };
       if (signal?.aborted) {
@@ -80,7 +91,9 @@ export class Lock {
           if (!settled) void elector.settled().then(() => fail(new LockTimeoutError(this.name, waitMs)));
         });
       }
+      elector.on('store-error', onStoreError);
       elector.once('elected', ({ token }) => {
+        elector.off('store-error', onStoreError);
         if (settled) return;
         settled = true;
         cleanup();

@@ -15,6 +15,7 @@ import { Redis } from 'ioredis';
 import { StoreDataError } from '../../src/core/index.js';
 import type { Store } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
+import { Lock } from '../../src/locks/index.js';
 import { MemoryStore } from '../../src/stores/memory/index.js';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
@@ -211,6 +212,15 @@ for (const backend of backends) {
         if (p.checksBeforeWriting) expect(after).toBe(before);
       });
     }
+
+    it('a lock over such a row fails with the StoreDataError rather than waiting for ever', async () => {
+      const p = await open();
+      const name = `l-${randomBytes(4).toString('hex')}`;
+      await plant(p, name, HUGE);
+      const t0 = performance.now();
+      await expect(new Lock(p.store, name, { ttlMs: 1000 }).acquire()).rejects.toBeInstanceOf(StoreDataError);
+      expect(performance.now() - t0).toBeLessThan(5000);
+    });
 
     it('an elector over such a row reports it once, keeps campaigning with back-off, and leads once the row is repaired', async () => {
       const p = await open();

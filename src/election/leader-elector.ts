@@ -509,8 +509,10 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       await this.call('release', this.store.release(this.group, this.owner, term));
       this.observe(null);
     } catch (err) {
-      // The lease then simply expires at its TTL; nothing is unsafe.
-      this.emit('store-error', { operation: 'release', error: err as Error });
+      // The lease then simply expires at its TTL; nothing is unsafe. The fault that ended the
+      // leadership, met again by its release, was reported already.
+      const error = toError(err);
+      if (error.message !== this.lastFault) this.emit('store-error', { operation: 'release', error });
     }
   }
 

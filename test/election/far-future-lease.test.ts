@@ -14,6 +14,9 @@ import { SqliteStore } from '../../src/stores/sqlite/index.js';
 import { openDatabase } from '../../src/stores/sqlite/driver.js';
 import { redisBackend, testRedisUrl } from '../stores/redis-backend.js';
 import type { RedisStore } from '../../src/stores/redis/index.js';
+import { EtcdStore } from '../../src/stores/etcd/index.js';
+import { etcdInstalled, sharedEtcd } from '../stores/etcd-harness.js';
+import { randomBytes } from 'node:crypto';
 
 const FAR_MS = 2 ** 40; // about 35 years
 const TTL_MS = 500;
@@ -82,6 +85,27 @@ describe('a follower facing a lease that ends more than 2^31 ms from now', () =>
     cleanups.push(async () => void admin.disconnect());
     await admin.set(`${prefix}term:far`, '1');
     await admin.set(`${prefix}lease:far`, 'other~1\n1\n1000\n{}', 'PX', FAR_MS);
+    const r = await follow(store, 'far');
+    expect(r.leader).toBe(false);
+    expect(r.remainingMs).toBeGreaterThan(2 ** 31);
+    expect(r.acquires).toBeGreaterThanOrEqual(2);
+    expect(r.acquires).toBeLessThanOrEqual(Math.ceil(WATCH_MS / TTL_MS) + 2);
+    expect(warnings.filter((w) => w.includes('TimeoutOverflow'))).toEqual([]);
+  });
+
+  it.skipIf(!etcdInstalled())('etcd (a key under an etcd lease another client granted for 35 days): polls at most about once per TTL, no TimeoutOverflowWarning', async () => {
+    const cluster = await sharedEtcd();
+    const namespace = `far-${randomBytes(6).toString('hex')}/`;
+    const store = new EtcdStore({ hosts: cluster.hosts, namespace });
+    cleanups.push(async () => {
+      await store.client.delete().prefix(namespace);
+      await store.close();
+    });
+    // A Go-style candidate key, `NAME/<lease id in hex>`, under a lease of 3,000,000 s.
+    const lease = store.client.lease(3_000_000, { autoKeepAlive: false });
+    const id = await lease.grant();
+    cleanups.push(async () => void (await lease.revoke().catch(() => {})));
+    await lease.put(`${namespace}far/${BigInt(id).toString(16)}`).value('someone else');
     const r = await follow(store, 'far');
     expect(r.leader).toBe(false);
     expect(r.remainingMs).toBeGreaterThan(2 ** 31);

@@ -3,7 +3,7 @@
  * a job on exactly one machine at a time, with the fencing token in the job's environment.
  */
 import { hostname } from 'node:os';
-import { checkName, checkOwner, formatToken, limits } from '../core/index.js';
+import { TenureError, checkName, checkOwner, formatToken, limits } from '../core/index.js';
 import type { DeposedReason, LeaderContext } from '../election/index.js';
 import { LeaderElector } from '../election/index.js';
 import type { Lease } from '../core/index.js';
@@ -37,7 +37,8 @@ export const runSpec: CommandSpec = {
       'with backoff (1s, doubling to 30s). SIGINT/SIGTERM stop CMD, release the lease and exit.',
     'Durations: 1500, 1500ms, 10s, 2m. Exit codes: with --once, CMD\'s own code (1 if CMD exited 0\n' +
       'after being stopped because leadership was lost); 130/143 after SIGINT/SIGTERM; 2 for bad usage;\n' +
-      '1 when the store cannot be opened.',
+      '1 when the store cannot be opened, or fails in a way retrying cannot fix (a lease whose term is\n' +
+      'beyond 2^53 - 1, an unexpected error): CMD is stopped and the lease released first.',
   ],
   options: {
     group: { type: 'string', value: 'G', help: 'the group (lease name) to lead' },
@@ -132,9 +133,15 @@ async function supervise(s: Supervision): Promise<number> {
     if (owner === elector.owner || (owner === null && shuttingDown)) return;
     log.event('leader', owner ? `leader of ${group} is ${owner} (term ${term})` : `${group} has no leader`, { owner, term });
   });
-  elector.on('store-error', ({ operation, error }) =>
-    log.error('store-error', `store error during ${operation}: ${error.message}`, { operation, error: error.message }),
-  );
+  elector.on('store-error', ({ operation, error }) => {
+    log.error('store-error', `store error during ${operation}: ${error.message}`, { operation, error: error.message });
+    if (isFault(operation, error)) {
+      // Not an outage to ride out: a lease row tenure cannot use (StoreDataError), or an
+      // unexpected error. The elector has ended leadership (the child is stopped); exit 1.
+      log.error('fault', `stopping: the store or tenure failed in a way retrying cannot fix (during ${operation})`, { operation, code: EXIT_FAULT });
+      finish(EXIT_FAULT);
+    }
+  });
   elector.on('renew-failed', ({ term, error }) =>
     log.error('renew-failed', `renewal of term ${term} failed (retrying until the deadline): ${error.message}`, { term, error: error.message }),
   );
@@ -230,5 +237,20 @@ export function describeDeposed(reason: DeposedReason, holder: Lease | null): st
       return 'the acquire reply came after its own deadline';
     case 'stopped':
       return 'stopped';
+    case 'error':
+      return 'an unexpected error (see the store-error line)';
   }
+}
+
+/** The exit code after a fault (see `isFault`): 1, failure. */
+export const EXIT_FAULT = 1;
+
+/**
+ * A `store-error` the elector reports as a fault rather than an outage: any error of an acquire,
+ * renew or of the loop itself that is not StoreUnavailableError (outcome unknown, retried). A
+ * failed release is neither: the lease then simply expires.
+ */
+function isFault(operation: string, error: Error): boolean {
+  if (operation === 'release') return false;
+  return !(error instanceof TenureError && error.code === 'STORE_UNAVAILABLE');
 }

@@ -82,6 +82,9 @@ export async function probeStore(store: TenureStore, target: StoreTarget, name: 
     ]);
   } catch (err) {
     if (err instanceof TenureError && err.code === 'INVALID_ARGUMENT') throw err;
+    if (err instanceof TenureError && err.code === 'STORE_DATA') {
+      throw new StoreOpenError(`store ${target.display} holds data tenure cannot use: ${err.message}`, { cause: err });
+    }
     throw new StoreOpenError(`cannot reach store ${target.display}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   } finally {
     clearTimeout(timer);

@@ -29,6 +29,20 @@ export function sleep(clock: Clock, ms: number, signal?: AbortSignal): Promise<v
   });
 }
 
+/**
+ * The longest delay a timer is given, ms: 2^31 - 1, the most Node's setTimeout takes (a longer one
+ * fires at once, with a TimeoutOverflowWarning). Delays computed from store data (a lease's time
+ * left, which a tampered row or another client can make years long) are clamped to it, so a
+ * timer fires early at worst and its owner looks again, never in a tight loop.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** `ms` as a timer delay: within [0, MAX_TIMER_MS], 0 for NaN. */
+export function timerDelay(ms: number): number {
+  if (!(ms > 0)) return 0;
+  return Math.min(ms, MAX_TIMER_MS);
+}
+
 class SystemClock implements Clock {
   now(): number {
     return performance.now();
@@ -36,7 +50,7 @@ class SystemClock implements Clock {
   setTimer(ms: number, fn: () => void): () => void {
     // The one place real timers are read: the system implementation of the Clock seam.
     // eslint-disable-next-line no-restricted-globals
-    const handle = setTimeout(fn, Math.max(0, ms));
+    const handle = setTimeout(fn, timerDelay(ms));
     return () => clearTimeout(handle);
   }
 }

@@ -5,6 +5,7 @@
 export type TenureErrorCode =
   | 'STALE_TERM'
   | 'STORE_UNAVAILABLE'
+  | 'STORE_DATA'
   | 'INVALID_ARGUMENT'
   | 'NOT_LEADER'
   | 'LOCK_TIMEOUT'
@@ -37,6 +38,17 @@ export class StaleTermError extends TenureError {
 export class StoreUnavailableError extends TenureError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('STORE_UNAVAILABLE', message, options);
+  }
+}
+
+/**
+ * The store answered, but with a value tenure cannot use: a term outside the safe-integer range
+ * (a row written by hand or by another program), or a term that cannot grow any further. Not a
+ * "maybe" (StoreUnavailableError): retrying gives the same answer until the data is repaired.
+ */
+export class StoreDataError extends TenureError {
+  constructor(message: string) {
+    super('STORE_DATA', message);
   }
 }
 

@@ -4,6 +4,7 @@
  * client's clock (safety rule 1).
  */
 import type { Lease, LeaseMeta } from './types.js';
+import { nextTerm } from './validate.js';
 
 /** A lease row as kept by a store. `owner` is null once released; the term is kept forever. */
 export interface LeaseRow {
@@ -50,7 +51,7 @@ export function decideAcquire(
     if (current.owner !== owner) return { acquired: false, row: current };
     return { acquired: true, newTerm: false, row: { ...current, expiresAtMs: nowMs + ttlMs, ttlMs, meta } };
   }
-  const term = (current?.term ?? 0) + 1;
+  const term = nextTerm(name, current?.term ?? 0);
   return { acquired: true, newTerm: true, row: { name, owner, term, expiresAtMs: nowMs + ttlMs, ttlMs, meta } };
 }
 

@@ -50,10 +50,12 @@ export function leaderDeadline(sentAtMs: number, timing: Timing): number {
 
 /**
  * When a candidate that lost an acquire should try again: just after the holder's lease runs out
- * as the store reported it, with a little jitter so candidates do not arrive in lockstep. Push
- * (watch) may wake it earlier.
+ * as the store reported it, with a little jitter so candidates do not arrive in lockstep, but at
+ * most one TTL (the candidate's own) from now: a time left the store reports is data, and a
+ * tampered row or another client's lease can make it years long. Push (watch) may wake it earlier.
  */
 export function candidateDelay(remainingMs: number, timing: Timing, random: Random): number {
   const jitter = Math.floor(random.next() * Math.min(20, Math.max(1, timing.ttlMs / 50)));
-  return Math.max(1, Math.ceil(remainingMs)) + 1 + jitter;
+  const left = remainingMs > 1 ? Math.min(Math.ceil(remainingMs), timing.ttlMs) : 1;
+  return left + 1 + jitter;
 }

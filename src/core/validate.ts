@@ -2,7 +2,7 @@
  * Input checks shared by every store and layer. Each throws InvalidArgumentError naming the
  * field and the allowed range.
  */
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, StoreDataError } from './errors.js';
 import type { FencingToken, LeaseMeta } from './types.js';
 
 export const limits = {
@@ -59,6 +59,35 @@ export function checkTerm(field: string, value: unknown): number {
     throw new InvalidArgumentError(field, `expected a positive integer term, got ${String(value)}`);
   }
   return value;
+}
+
+/**
+ * A term read back from a store (`value` as the driver gave it: a number, a bigint or a decimal
+ * string). Only a non-negative safe integer is a term tenure can compare and bump exactly; anything
+ * else (a term beyond 2^53 - 1, which a driver may already have rounded, a float, a word) is a
+ * StoreDataError naming the store and the lease, never a number to do arithmetic on.
+ */
+export function decodeTerm(store: string, lease: string, value: unknown): number {
+  let term: number | null = null;
+  if (typeof value === 'number') term = value;
+  else if (typeof value === 'bigint') term = value <= BigInt(Number.MAX_SAFE_INTEGER) && value >= 0n ? Number(value) : null;
+  else if (typeof value === 'string' && /^[0-9]{1,16}$/.test(value)) term = Number(value);
+  if (term === null || !Number.isSafeInteger(term) || term < 0) {
+    const shown = typeof value === 'string' ? JSON.stringify(value.slice(0, 40)) : String(value);
+    throw new StoreDataError(
+      `${store} store: lease ${JSON.stringify(lease)} holds term ${shown}, which is not an integer in [0, ${Number.MAX_SAFE_INTEGER}]; ` +
+        'tenure cannot order or bump it exactly (was the row written by hand or by another program?)',
+    );
+  }
+  return term;
+}
+
+/** The term after `term` for a new holder; StoreDataError when it would leave the safe-integer range. */
+export function nextTerm(lease: string, term: number): number {
+  if (term >= Number.MAX_SAFE_INTEGER) {
+    throw new StoreDataError(`lease ${JSON.stringify(lease)} is at term ${term}, the highest tenure can issue; no new term can be issued`);
+  }
+  return term + 1;
 }
 
 export function checkToken(field: string, value: unknown): FencingToken {

@@ -5,9 +5,14 @@
  *  - Leadership from an acquire or renew sent at time S ends locally at S + ttl - margin
  *    (safety rule 2). A timer fires at that instant and aborts the leader's signal whether or not
  *    the store ever answers; a reply that arrives after it is ignored (safety rule 3).
- *  - A candidate tries again when the holder's lease runs out as the store reported it, or at
- *    once when the store pushes a release or names this node holder (a hand-over), so failover
- *    costs about TTL + one round trip.
+ *  - A candidate tries again when the holder's lease runs out as the store reported it (but at
+ *    least once per TTL of its own, whatever the store says), or at once when the store pushes a
+ *    release or names this node holder (a hand-over), so failover costs about TTL + one round trip.
+ *  - The loop never dies. A store that is unreachable or slow (StoreUnavailableError) is retried
+ *    every retryMs. Anything else (a StoreDataError for a row tenure cannot use, a store that
+ *    throws a plain Error, a bug) is a fault: leadership ends as on resign (signal aborted, work
+ *    settled, lease released), the fault is reported once as `store-error`, and the loop tries
+ *    again after a back-off that doubles from retryMs up to the TTL.
  */
 import {
   NotLeaderError,
@@ -22,7 +27,7 @@ import {
   systemRandom,
   encodeMeta,
 } from '../core/index.js';
-import type { Clock, FencingToken, Lease, LeaseMeta, Random, Store, Timing, TimingOptions, Unsubscribe } from '../core/index.js';
+import type { AcquireResult, Clock, FencingToken, Lease, LeaseMeta, Random, Store, Timing, TimingOptions, Unsubscribe } from '../core/index.js';
 import { hostname } from 'node:os';
 import { TypedEmitter } from './typed-emitter.js';
 
@@ -44,7 +49,8 @@ export type DeposedReason =
   | 'lost' // the store refused the renew: the lease expired or another owner holds it
   | 'stopped' // stop() was called
   | 'resigned' // resign() was called, or the leader work failed
-  | 'late'; // the acquire reply came after its own deadline had already passed
+  | 'late' // the acquire reply came after its own deadline had already passed
+  | 'error'; // an unexpected error in the store or the elector (reported as `store-error`)
 
 export interface LeaderElectorEvents {
   elected: { term: number; token: FencingToken; deadlineInMs: number };
@@ -105,6 +111,12 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   /** An acquire is on its way; a push meanwhile sets `pushedWhileAcquiring` (see tryAgain). */
   private acquiring = false;
   private pushedWhileAcquiring = false;
+  /** Settles when the acquire in flight (if any) has been answered and acted on. */
+  private attempt: Promise<void> | null = null;
+  /** Consecutive faults (see `onFault`); 0 after any store call answers normally. */
+  private faults = 0;
+  /** The message of the last fault reported in the current run of faults: a repeat is not reported again. */
+  private lastFault: string | null = null;
 
   constructor(options: LeaderElectorOptions) {
     super();
@@ -163,11 +175,22 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   start(): void {
     if (this.loop) return;
     if (this.stopping) throw new NotLeaderError(`elector for ${this.group} was stopped; make a new one`);
-    if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.onPush(lease));
-    this.loop = this.run().catch((err: unknown) => {
-      // The loop handles store errors itself; anything here is a bug, surfaced rather than lost.
-      this.emit('store-error', { operation: 'loop', error: err as Error });
-    });
+    try {
+      if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.onPush(lease));
+    } catch (err) {
+      // Campaign without push (the loop polls); the store's failure is reported, not thrown.
+      this.emit('store-error', { operation: 'watch', error: toError(err) });
+    }
+    this.loop = this.run();
+  }
+
+  /**
+   * Resolves once the acquire now on its way (if any) has been answered and acted on: by then
+   * `elected` was emitted if it won. Resolves at once when no acquire is in flight. A lock's wait
+   * uses it so that an attempt sent within the wait counts, however late its answer.
+   */
+  settled(): Promise<void> {
+    return this.attempt ?? Promise.resolve();
   }
 
   /**
@@ -204,15 +227,21 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     }
     this.stopping = true;
     this.stopController.abort();
-    const l = this.leadership;
-    if (l) await this.endLeadership(l, 'stopped', null);
-    this.wake();
-    await this.loop;
-    if (l) await this.releaseQuietly(l.term);
-    // The watch goes after the release, which is then on its way sooner (a hand-off waits on it).
-    this.unwatch?.();
-    this.unwatch = null;
-    this.emit('stopped', {});
+    try {
+      const l = this.leadership;
+      if (l) await this.endLeadership(l, 'stopped', null);
+      this.wake();
+      await this.loop;
+      if (l) await this.releaseQuietly(l.term);
+    } finally {
+      // The watch goes after the release, which is then on its way sooner (a hand-off waits on it).
+      try {
+        this.unwatch?.();
+      } finally {
+        this.unwatch = null;
+        this.emit('stopped', {});
+      }
+    }
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -223,10 +252,44 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
 
   private async run(): Promise<void> {
     while (!this.stopping) {
-      const l = this.leadership;
-      if (l) await this.leadTurn(l);
-      else await this.campaignTurn();
+      try {
+        const l = this.leadership;
+        if (l) await this.leadTurn(l);
+        else await this.campaignTurn();
+      } catch (err) {
+        // Not a store error the turns handle: a bug, a throwing listener, or a store that broke
+        // its contract. The loop goes on (a loop that died would hold leadership with no renewals
+        // and never campaign again).
+        await this.onFault('loop', toError(err));
+      }
     }
+  }
+
+  /**
+   * A fault: end leadership as a resign does (signal aborted, work settled, lease released so
+   * another node need not wait out the TTL), report it unless it repeats the last one, and back
+   * off (retryMs doubling up to the TTL) before the loop tries again.
+   */
+  private async onFault(operation: string, error: Error): Promise<void> {
+    this.faults++;
+    if (error.message !== this.lastFault) {
+      this.lastFault = error.message;
+      this.emit('store-error', { operation, error });
+    }
+    const l = this.leadership;
+    if (l) {
+      this.retiredTerm = Math.max(this.retiredTerm, l.term);
+      await this.endLeadership(l, 'error', null);
+      await this.releaseQuietly(l.term);
+    }
+    const backoff = Math.min(this.timing.retryMs * 2 ** Math.min(this.faults - 1, 30), Math.max(this.timing.ttlMs, this.timing.retryMs));
+    await this.pause(backoff);
+  }
+
+  /** A store call answered normally: the next fault starts a new run (reported, short back-off). */
+  private noFault(): void {
+    this.faults = 0;
+    this.lastFault = null;
   }
 
   private async campaignTurn(): Promise<void> {
@@ -235,9 +298,28 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       await this.pause(waitResign);
       return;
     }
+    let settle = (): void => {};
+    const attempt = new Promise<void>((resolve) => (settle = resolve));
+    this.attempt = attempt;
+    try {
+      await this.acquireOnce(attempt, settle);
+    } finally {
+      if (this.attempt === attempt) this.attempt = null;
+      settle();
+    }
+  }
+
+  /** One acquire and what follows from its answer; `settle` is called once that is decided. */
+  private async acquireOnce(attempt: Promise<void>, settle: () => void): Promise<void> {
     const sentAt = this.clock.now();
-    const pending = this.store.acquire(this.group, this.owner, this.timing.ttlMs, this.meta);
-    let result;
+    let pending: Promise<AcquireResult>;
+    try {
+      pending = this.store.acquire(this.group, this.owner, this.timing.ttlMs, this.meta);
+    } catch (err) {
+      // A store that throws rather than rejecting: the same fault, reported the same way.
+      pending = Promise.reject(toError(err));
+    }
+    let result: AcquireResult;
     this.acquiring = true;
     this.pushedWhileAcquiring = false;
     try {
@@ -249,7 +331,18 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         void pending.then((r) => (r.acquired ? this.releaseQuietly(r.lease.term) : undefined), () => {});
         return;
       }
-      this.emit('store-error', { operation: 'acquire', error: err as Error });
+      const error = toError(err);
+      if (!(error instanceof StoreUnavailableError)) {
+        // Not "maybe" (rule 3) but an answer that will not change by asking again at once: a row
+        // tenure cannot use, a store that broke its contract.
+        if (this.attempt === attempt) this.attempt = null;
+        settle();
+        await this.onFault('acquire', error);
+        return;
+      }
+      this.emit('store-error', { operation: 'acquire', error });
+      if (this.attempt === attempt) this.attempt = null;
+      settle();
       await this.pause(this.timing.retryMs);
       return;
     }
@@ -258,11 +351,14 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       if (result.acquired) await this.releaseQuietly(result.lease.term);
       return;
     }
+    this.noFault();
     this.observe(result.lease);
     if (result.acquired && result.lease.term > this.retiredTerm) {
       this.becomeLeader(result.lease, sentAt);
       return;
     }
+    if (this.attempt === attempt) this.attempt = null;
+    settle();
     // Not acquired, or only our retired term back: wait until it lapses (or its release lands),
     // unless the store pushed a release or a hand-over to us while the acquire was on its way.
     if (this.pushedWhileAcquiring && !(result.acquired && result.lease.term <= this.retiredTerm)) return;
@@ -308,8 +404,13 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       result = await this.call('renew', this.store.renew(this.group, this.owner, l.term, this.timing.ttlMs));
     } catch (err) {
       if (this.leadership !== l) return;
+      const error = toError(err);
+      if (!(error instanceof StoreUnavailableError) && !this.stopping) {
+        await this.onFault('renew', error); // not "maybe": no use renewing until the deadline
+        return;
+      }
       this.renewFailing = true;
-      this.emit('renew-failed', { term: l.term, error: err as Error });
+      this.emit('renew-failed', { term: l.term, error });
       return;
     }
     if (this.leadership !== l) return; // deposed while waiting: a late reply changes nothing
@@ -323,6 +424,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     const deadline = leaderDeadline(sentAt, this.timing);
     // Invariant: a deadline only moves forward, because it is computed from a later send time.
     if (deadline < l.deadline) throw new Error(`deadline went back for ${this.group}: ${deadline} < ${l.deadline}`);
+    this.noFault();
     l.cancelDeadline();
     l.deadline = deadline;
     l.cancelDeadline = this.clock.setTimer(deadline - this.clock.now(), () => void this.onDeadline(l));
@@ -346,7 +448,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     l.cancelDeadline();
     l.controller.abort(new NotLeaderError(`leadership of ${this.group} term ${l.term} ended: ${reason}`));
     this.emit('deposed', { term: l.term, reason, holder });
-    if (reason === 'stopped' || reason === 'resigned') {
+    if (reason === 'stopped' || reason === 'resigned' || reason === 'error') {
       // Let aborted work settle before the lease is released, but never past the old deadline:
       // after it the lease may pass on regardless.
       const left = l.deadline - this.clock.now();
@@ -407,8 +509,10 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       await this.call('release', this.store.release(this.group, this.owner, term));
       this.observe(null);
     } catch (err) {
-      // The lease then simply expires at its TTL; nothing is unsafe.
-      this.emit('store-error', { operation: 'release', error: err as Error });
+      // The lease then simply expires at its TTL; nothing is unsafe. The fault that ended the
+      // leadership, met again by its release, was reported already.
+      const error = toError(err);
+      if (error.message !== this.lastFault) this.emit('store-error', { operation: 'release', error });
     }
   }
 
@@ -462,6 +566,10 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private wake(): void {
     this.wakeUp?.();
   }
+}
+
+function toError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
 }
 
 function defaultNodeId(): string {

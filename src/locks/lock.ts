@@ -3,7 +3,7 @@
  * Built on LeaderElector, so it inherits the deadline rule: `handle.signal` aborts before the
  * lease could expire if renewals stop succeeding.
  */
-import { LockTimeoutError, NotLeaderError, checkMs, limits, systemClock } from '../core/index.js';
+import { LockTimeoutError, NotLeaderError, TenureError, checkMs, limits, systemClock } from '../core/index.js';
 import type { Clock, FencingToken, LeaseMeta, Random, Store, TimingOptions } from '../core/index.js';
 import { LeaderElector } from '../election/index.js';
 
@@ -18,7 +18,11 @@ export interface LockOptions extends TimingOptions {
 export interface AcquireOptions {
   /** Give up (reject with the signal's reason) when this aborts. */
   signal?: AbortSignal;
-  /** Give up with LockTimeoutError after this many ms. Default: wait until acquired or aborted. */
+  /**
+   * Give up with LockTimeoutError after this many ms. An attempt sent within the wait counts,
+   * however late its answer comes: `waitMs: 0` is exactly one attempt, a free lock is taken.
+   * Default: wait until acquired or aborted.
+   */
   waitMs?: number;
 }
 
@@ -45,7 +49,11 @@ export class Lock {
     new LeaderElector({ ...options, store, group: name });
   }
 
-  /** Acquire the lock, waiting as the options allow. */
+  /**
+   * Acquire the lock, waiting as the options allow. Rejects with LockTimeoutError after `waitMs`,
+   * with the signal's reason on abort, and with the error itself when the store answers something
+   * waiting cannot fix (a StoreDataError for a lease whose term tenure cannot use).
+   */
   acquire(options: AcquireOptions = {}): Promise<LockHandle> {
     const { signal, waitMs } = options;
     if (waitMs !== undefined) checkMs('waitMs', waitMs, 0, limits.ttlMaxMs);
@@ -59,9 +67,16 @@ export class Lock {
         cleanup();
         void elector.stop().then(() => reject(err as Error));
       };
+      // A fault (see LeaderElector: a lease row tenure cannot use, a store that broke its
+      // contract) is not worth waiting out: the acquire fails with it. An outage is waited out.
+      const onStoreError = ({ operation, error }: { operation: string; error: Error }): void => {
+        if (operation === 'release' || (error instanceof TenureError && error.code === 'STORE_UNAVAILABLE')) return;
+        fail(error);
+      };
       const onAbort = (): void => fail(signal?.reason ?? new LockTimeoutError(this.name, waitMs ?? 0));
       const cleanup = (): void => {
         cancelTimer();
+        elector.off('store-error', onStoreError);
         signal?.removeEventListener('abort', onAbort);
       };
       if (signal?.aborted) {
@@ -70,9 +85,15 @@ export class Lock {
       }
       signal?.addEventListener('abort', onAbort, { once: true });
       if (waitMs !== undefined) {
-        cancelTimer = (this.options.clock ?? systemClock).setTimer(waitMs, () => fail(new LockTimeoutError(this.name, waitMs)));
+        // The wait bounds when attempts start, not when their answers come: at the end of the
+        // wait, the acquire on its way (the first one, with waitMs 0) still decides.
+        cancelTimer = (this.options.clock ?? systemClock).setTimer(waitMs, () => {
+          if (!settled) void elector.settled().then(() => fail(new LockTimeoutError(this.name, waitMs)));
+        });
       }
+      elector.on('store-error', onStoreError);
       elector.once('elected', ({ token }) => {
+        elector.off('store-error', onStoreError);
         if (settled) return;
         settled = true;
         cleanup();

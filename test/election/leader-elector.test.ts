@@ -274,3 +274,105 @@ describe('LeaderElector', () => {
     await stopped;
   });
 });
+
+/**
+ * A store that breaks its contract: while `broken.acquire` / `broken.renew` is set, that call
+ * throws a plain Error (synchronously with `sync`), as a buggy driver or wrapper would.
+ */
+function throwing(inner: Store, broken: { acquire: boolean; renew: boolean; sync: boolean }, calls: { acquire: number[] }, clock: VirtualClock): Store {
+  const fail = <R>(op: string): Promise<R> => {
+    const err = new Error(`${op} exploded`);
+    if (broken.sync) throw err;
+    return Promise.reject(err);
+  };
+  return {
+    kind: inner.kind,
+    acquire: (...a) => {
+      calls.acquire.push(clock.now());
+      return broken.acquire ? fail('acquire') : inner.acquire(...a);
+    },
+    renew: (...a) => (broken.renew ? fail('renew') : inner.renew(...a)),
+    release: (...a) => inner.release(...a),
+    read: (...a) => inner.read(...a),
+    list: (...a) => inner.list(...a),
+    appendFenced: (...a) => inner.appendFenced(...a),
+    readStream: (...a) => inner.readStream(...a),
+    close: () => inner.close(),
+  };
+}
+
+describe('LeaderElector: an unexpected error never kills the loop', () => {
+  for (const sync of [false, true]) {
+    it(`a store whose acquire ${sync ? 'throws' : 'rejects with'} a plain Error: reported once, retried with back-off, elected once it works`, async () => {
+      const w = world();
+      const broken = { acquire: true, renew: false, sync };
+      const calls = { acquire: [] as number[] };
+      const e = w.elector('a', throwing(w.store, broken, calls, w.clock));
+      const errors: { operation: string; message: string }[] = [];
+      e.on('store-error', ({ operation, error }) => errors.push({ operation, message: error.message }));
+      const stopped = new Promise<void>((r) => e.once('stopped', () => r()));
+      e.start();
+      await w.advance(3000);
+      // Reported once, not once per attempt; the attempts go on, further and further apart.
+      expect(errors).toEqual([{ operation: 'acquire', message: 'acquire exploded' }]);
+      expect(calls.acquire.length).toBeGreaterThanOrEqual(4);
+      const gaps = calls.acquire.slice(1).map((t, i) => t - calls.acquire[i]!);
+      for (let i = 1; i < gaps.length; i++) expect(gaps[i]).toBeGreaterThanOrEqual(gaps[i - 1]!);
+      expect(Math.max(...gaps)).toBeLessThanOrEqual(e.timing.ttlMs);
+      expect(e.isLeader).toBe(false);
+      broken.acquire = false;
+      await w.advance(1100);
+      expect(e.isLeader).toBe(true);
+      await e.stop();
+      await stopped;
+    });
+  }
+
+  it('a leader whose renew throws a plain Error: leadership ends at once (signal aborted, lease released), reported once, and it campaigns again', async () => {
+    const w = world();
+    const broken = { acquire: false, renew: false, sync: false };
+    const e = w.elector('a', throwing(w.store, broken, { acquire: [] }, w.clock));
+    const errors: string[] = [];
+    const deposed: string[] = [];
+    e.on('store-error', ({ operation, error }) => errors.push(`${operation}: ${error.message}`));
+    e.on('deposed', ({ reason }) => deposed.push(reason));
+    e.start();
+    await w.advance(5);
+    expect(e.isLeader).toBe(true);
+    const signal = e.signal!;
+    broken.renew = true;
+    await w.advance(400); // the first renew is due at ttl/3
+    expect(signal.aborted).toBe(true);
+    expect(deposed).toEqual(['error']);
+    expect(errors).toEqual(['renew: renew exploded']);
+    // Released: the lease is free for another node now, not at the end of its TTL.
+    expect(await w.store.read('g')).toBeNull();
+    broken.renew = false;
+    await w.advance(2000);
+    expect(e.isLeader).toBe(true);
+    expect(e.term).toBe(2); // a new term: the one given up is never led again
+    await e.stop();
+  });
+
+  it('a listener that throws on elected ends that leadership, not the loop; stop() still emits stopped', async () => {
+    const w = world();
+    const e = w.elector('a');
+    let throws = true;
+    const errors: string[] = [];
+    e.on('elected', () => {
+      if (throws) throw new Error('listener bug');
+    });
+    e.on('store-error', ({ operation, error }) => errors.push(`${operation}: ${error.message}`));
+    e.start();
+    await w.advance(50);
+    expect(errors).toEqual(['loop: listener bug']);
+    expect(e.isLeader).toBe(false);
+    throws = false;
+    await w.advance(2000);
+    expect(e.isLeader).toBe(true);
+    let stopped = false;
+    e.once('stopped', () => (stopped = true));
+    await e.stop();
+    expect(stopped).toBe(true);
+  });
+});

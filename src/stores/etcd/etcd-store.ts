@@ -41,6 +41,8 @@ import {
   checkTtl,
   decideFence,
   decodeMeta,
+  decodeTerm,
+  nextTerm,
   encodeMeta,
 } from '../../core/index.js';
 import type {
@@ -222,7 +224,7 @@ export class EtcdStore implements Store {
         }
       }
       const lastTerm = snap ? snap.term : hint!;
-      const term = lastTerm + 1;
+      const term = nextTerm(name, lastTerm);
       const compare: ICompare[] = snap
         ? [
             // No candidate key under N/ was created, changed or deleted since the read.
@@ -365,7 +367,10 @@ export class EtcdStore implements Store {
       { request_range: { key: terms, range_end: prefixEnd(terms) } },
     ]);
     const termOf = new Map<string, number>();
-    for (const kv of rangeKvs(res.responses[1])) termOf.set(layout.nameOfTerm(kv.key), Number(kv.value.toString()));
+    for (const kv of rangeKvs(res.responses[1])) {
+      const name = layout.nameOfTerm(kv.key);
+      termOf.set(name, decodeTerm('etcd', name, kv.value.toString()));
+    }
     const holders = new Map<string, IKeyValue>();
     for (const kv of rangeKvs(res.responses[0])) {
       const name = layout.nameOf(kv.key);
@@ -525,7 +530,7 @@ export class EtcdStore implements Store {
       .filter((kv) => kv.lease !== '0' && layout.nameOf(kv.key) === name)
       .map((kv) => ({ kv, value: decodeValue(kv.value) }));
     const termKv = rangeKvs(res.responses[1])[0];
-    const term = termKv ? Number(termKv.value.toString()) : 0;
+    const term = termKv ? decodeTerm('etcd', name, termKv.value.toString()) : 0;
     this.termHints.set(name, term);
     this.noteWaiters(name, rangeKvs(res.responses[2]));
     if (candidates[0]) this.adoptIfHandedOver(name, candidates[0].kv);
@@ -926,7 +931,7 @@ export class EtcdStore implements Store {
     }
     if (c.value) {
       remainingMs = Math.min(remainingMs, Math.max(c.value.ttlMs, grantedMs));
-      return { name, owner: c.value.owner, term: c.value.term, meta: c.value.meta, ttlMs: c.value.ttlMs, remainingMs };
+      return { name, owner: c.value.owner, term: decodeTerm('etcd', name, c.value.term), meta: c.value.meta, ttlMs: c.value.ttlMs, remainingMs };
     }
     return { name, owner: foreignOwner(leaseId), term, meta: { value: c.kv.value.toString() }, ttlMs: grantedMs, remainingMs };
   }
@@ -937,6 +942,8 @@ export class EtcdStore implements Store {
     w.lastValue = kv ? kv.value : null;
     if (kv) {
       const value = decodeValue(kv.value);
+      // A term tenure cannot use (another program's value): nothing to tell; calls report it.
+      if (value && !Number.isSafeInteger(value.term)) return;
       if (value) this.noteTerm(name, value.term);
       lease = value
         ? { name, owner: value.owner, term: value.term, meta: value.meta, ttlMs: value.ttlMs, remainingMs: this.own.has(kv.lease) ? this.remainingOf(kv.lease) : value.ttlMs }

@@ -35,6 +35,7 @@ import {
   decideAcquire,
   decideFence,
   decodeMeta,
+  decodeTerm,
   encodeMeta,
   isLive,
   toLease,
@@ -454,7 +455,7 @@ export class MysqlStore implements Store {
           const w = this.watched.get(name);
           if (!row || !w) continue;
           const live = Number(row.live) === 1;
-          this.advance(w, { term: Number(row.term), owner: live ? text(row.owner) : null }, live ? rowLease(row) : null);
+          this.advance(w, { term: decodeTerm('mysql', name, row.term), owner: live ? text(row.owner) : null }, live ? rowLease(row) : null);
         }
       });
     } catch {
@@ -503,10 +504,11 @@ function text(v: unknown): string {
 
 /** A lease row in the relative frame of the statement: now = 0, expiry = remaining ms. */
 function toRow(row: Row): LeaseRow {
+  const name = text(row.name);
   return {
-    name: text(row.name),
+    name,
     owner: row.owner === null || row.owner === undefined ? null : text(row.owner),
-    term: Number(row.term),
+    term: decodeTerm('mysql', name, row.term),
     expiresAtMs: Number(row.remaining_us) / 1000,
     ttlMs: Number(row.ttl_ms),
     meta: decodeMeta(row.meta === null || row.meta === undefined ? null : text(row.meta)),

@@ -23,6 +23,7 @@ import {
   ClosedError,
   InvalidArgumentError,
   StaleTermError,
+  StoreDataError,
   StoreUnavailableError,
   TenureError,
   checkMs,
@@ -34,6 +35,7 @@ import {
   checkToken,
   checkTtl,
   decodeMeta,
+  decodeTerm,
   encodeMeta,
 } from '../../core/index.js';
 import type {
@@ -422,6 +424,11 @@ export class PostgresStore implements Store {
 
   private translate(operation: string, err: unknown): Error {
     if (err instanceof TenureError) return err;
+    // 22003 numeric_value_out_of_range: a term at the top of bigint (planted by hand) cannot be
+    // bumped. An answer, not an outage: retrying gives the same.
+    if ((err as { code?: unknown }).code === '22003') {
+      return new StoreDataError(`postgres store ${this.endpoint}: ${operation}: a term cannot grow any further (${describe(err)})`);
+    }
     return new StoreUnavailableError(`postgres store ${this.endpoint}: ${operation} failed: ${describe(err)}`, { cause: err });
   }
 
@@ -521,7 +528,7 @@ export class PostgresStore implements Store {
     if (!w || !row) return;
     const live = row.live === true;
     const lease = live ? toLease(row) : null;
-    this.advance(name, w, { term: Number(row.term), owner: live ? String(row.owner) : null }, lease);
+    this.advance(name, w, { term: decodeTerm('postgres', name, row.term), owner: live ? String(row.owner) : null }, lease);
   }
 
   private startListening(): void {
@@ -607,10 +614,11 @@ export class PostgresStore implements Store {
 
 /** The live lease in a row with name, owner, term, ttl_ms, meta, remaining_ms. */
 function toLease(row: Record<string, unknown>): Lease {
+  const name = String(row.name);
   return {
-    name: String(row.name),
+    name,
     owner: String(row.owner),
-    term: Number(row.term),
+    term: decodeTerm('postgres', name, row.term),
     meta: decodeMeta(typeof row.meta === 'string' ? row.meta : null),
     ttlMs: Number(row.ttl_ms),
     remainingMs: Math.max(0, Math.floor(Number(row.remaining_ms))),

@@ -15,6 +15,7 @@ import {
   ClosedError,
   InvalidArgumentError,
   StaleTermError,
+  StoreDataError,
   StoreUnavailableError,
   TenureError,
   checkMs,
@@ -26,7 +27,9 @@ import {
   checkToken,
   checkTtl,
   decodeMeta,
+  decodeTerm,
   encodeMeta,
+  timerDelay,
 } from '../../core/index.js';
 import type {
   AcquireResult,
@@ -397,6 +400,8 @@ export class RedisStore implements Store {
     if (err instanceof TenureError) return err;
     if (this.closed) return new ClosedError('redis store');
     const message = err instanceof Error ? err.message : String(err);
+    // INCR of a term key at 2^63 - 1 (planted by hand): an answer, not an outage.
+    if (/increment or decrement would overflow/.test(message)) return new StoreDataError(`redis store ${this.address}: ${op}: the term cannot grow any further (${message})`);
     return new StoreUnavailableError(`redis store ${this.address}: ${op} failed: ${message}`, { cause: err });
   }
 
@@ -439,7 +444,15 @@ export class RedisStore implements Store {
   private onMessage(channel: string, message: string): void {
     const name = this.channels.get(channel);
     if (name === undefined) return;
-    this.deliver(name, message === '' ? null : parseLeaseMessage(name, message));
+    let lease: Lease | null;
+    try {
+      lease = message === '' ? null : parseLeaseMessage(name, message);
+    } catch {
+      // A value tenure cannot use (a term beyond 2^53 - 1): nothing to tell watchers; callers
+      // get the StoreDataError on their own calls.
+      return;
+    }
+    this.deliver(name, lease);
   }
 
   /** Read the lease and deliver it if it differs from what watchers were last told. */
@@ -482,7 +495,7 @@ export class RedisStore implements Store {
     w.expiryTimer = setTimeout(() => {
       w.expiryTimer = null;
       void this.recheck(name);
-    }, Math.max(1, remainingMs) + 2);
+    }, timerDelay(Math.max(1, remainingMs) + 2)); // a lease another client made may be years long
     w.expiryTimer.unref();
   }
 }
@@ -525,7 +538,7 @@ function parseLeaseValue(name: string, value: unknown, remainingMs: number): Lea
   return {
     name,
     owner: value.slice(0, a),
-    term: Number(value.slice(a + 1, b)),
+    term: decodeTerm('redis', name, value.slice(a + 1, b)),
     meta: decodeMeta(meta),
     ttlMs: Number(value.slice(b + 1, c)),
     remainingMs: remainingMs > 0 ? remainingMs : 0,

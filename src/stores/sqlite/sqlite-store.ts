@@ -29,6 +29,7 @@ import {
   decideRelease,
   decideRenew,
   decodeMeta,
+  decodeTerm,
   encodeMeta,
   isLive,
   toLease,
@@ -291,7 +292,12 @@ export class SqliteStore implements Store {
     if (this.closed) throw new ClosedError('sqlite store');
     let w = this.watched.get(name);
     if (!w) {
-      const row = this.getRow(name);
+      let row: LeaseRow | undefined;
+      try {
+        row = this.getRow(name);
+      } catch {
+        row = undefined; // busy, or a row tenure cannot use: the poll compares from nothing
+      }
       const now = this.clock.now();
       w = { listeners: new Set(), last: isLive(row, now) ? { owner: row.owner, term: row.term, expiresAtMs: row.expiresAtMs } : null };
       this.watched.set(name, w);
@@ -365,14 +371,15 @@ export class SqliteStore implements Store {
   private prepare(): Statements {
     const p = (sql: string): SqliteStatement => this.db.prepare(sql);
     return {
-      getLease: p('SELECT name, owner, term, expires_at, ttl_ms, meta FROM tenure_leases WHERE name = ?'),
+      // The term as text: exact at any size and in either driver, checked by decodeTerm.
+      getLease: p(`SELECT name, owner, ${TERM_TEXT}, expires_at, ttl_ms, meta FROM tenure_leases WHERE name = ?`),
       putLease: p(
         `INSERT INTO tenure_leases (name, owner, term, expires_at, ttl_ms, meta) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, term = excluded.term,
            expires_at = excluded.expires_at, ttl_ms = excluded.ttl_ms, meta = excluded.meta`,
       ),
       listLeases: p(
-        'SELECT name, owner, term, expires_at, ttl_ms, meta FROM tenure_leases WHERE name >= ? AND owner IS NOT NULL AND expires_at > ? ORDER BY name',
+        `SELECT name, owner, ${TERM_TEXT}, expires_at, ttl_ms, meta FROM tenure_leases WHERE name >= ? AND owner IS NOT NULL AND expires_at > ? ORDER BY name`,
       ),
       getFence: p('SELECT max_term FROM tenure_fences WHERE name = ?'),
       putFence: p('INSERT INTO tenure_fences (name, max_term) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET max_term = excluded.max_term'),
@@ -495,11 +502,18 @@ export class SqliteStore implements Store {
   }
 }
 
+/**
+ * A lease row's term, read as text so that neither driver rounds or rejects a term beyond 2^53 - 1
+ * before decodeTerm sees it (better-sqlite3 would round it, node:sqlite throw a RangeError).
+ */
+const TERM_TEXT = 'CAST(term AS TEXT) AS term';
+
 function rowToLease(r: SqlRow): LeaseRow {
+  const name = String(r.name);
   return {
-    name: String(r.name),
+    name,
     owner: r.owner === null || r.owner === undefined ? null : String(r.owner),
-    term: Number(r.term),
+    term: decodeTerm('sqlite', name, r.term),
     expiresAtMs: Number(r.expires_at),
     ttlMs: Number(r.ttl_ms),
     meta: decodeMeta(r.meta === null || r.meta === undefined ? null : String(r.meta)),

@@ -1,0 +1,89 @@
+/**
+ * `waitMs: 0` is exactly one attempt whose answer counts: a free lock is taken every time on a
+ * network store (where the answer takes a round trip), a held one is refused.
+ */
+import { randomBytes } from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import { LockTimeoutError } from '../../src/core/index.js';
+import type { Store } from '../../src/core/index.js';
+import { Lock } from '../../src/locks/index.js';
+import { PostgresStore } from '../../src/stores/postgres/index.js';
+import { RedisStore } from '../../src/stores/redis/index.js';
+import { createPostgresDatabase } from '../stores/sql-servers.js';
+import { redisBackend } from '../stores/redis-backend.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+afterAll(async () => {
+  for (const c of cleanups) await c().catch(() => {});
+});
+
+const backends: { name: string; open(): Promise<Store> }[] = [
+  {
+    name: 'postgres',
+    open: async () => {
+      const db = await createPostgresDatabase();
+      const store = new PostgresStore({ url: db.url });
+      cleanups.push(async () => {
+        await store.close();
+        await db.drop();
+      });
+      return store;
+    },
+  },
+  {
+    name: 'redis',
+    open: async () => {
+      const { store, cleanup } = await redisBackend.open();
+      cleanups.push(cleanup);
+      expect(store).toBeInstanceOf(RedisStore);
+      return store;
+    },
+  },
+];
+
+for (const backend of backends) {
+  describe(`waitMs: 0 on ${backend.name}`, () => {
+    it('acquires a free lock 10 times out of 10', async () => {
+      const store = await backend.open();
+      const results: string[] = [];
+      for (let i = 0; i < 10; i++) {
+        const lock = new Lock(store, `free-${randomBytes(4).toString('hex')}`, { ttlMs: 2000 });
+        try {
+          const handle = await lock.acquire({ waitMs: 0 });
+          results.push(`term ${handle.term}`);
+          await handle.release();
+        } catch (err) {
+          results.push((err as Error).message);
+        }
+      }
+      expect(results).toEqual(Array(10).fill('term 1'));
+    });
+
+    it('a lock released before each attempt: taken every time, with a higher term each time', async () => {
+      const store = await backend.open();
+      const lock = new Lock(store, `again-${randomBytes(4).toString('hex')}`, { ttlMs: 2000 });
+      const terms: number[] = [];
+      for (let i = 0; i < 10; i++) {
+        const handle = await lock.acquire({ waitMs: 0 });
+        terms.push(handle.term);
+        await handle.release();
+      }
+      expect(terms).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    });
+
+    it('refuses a held lock after one attempt, with LockTimeoutError', async () => {
+      const store = await backend.open();
+      const lock = new Lock(store, `held-${randomBytes(4).toString('hex')}`, { ttlMs: 5000 });
+      const holder = await lock.acquire();
+      const t0 = performance.now();
+      const err = await lock.acquire({ waitMs: 0 }).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(LockTimeoutError);
+      expect(performance.now() - t0).toBeLessThan(2000);
+      expect(holder.signal.aborted).toBe(false);
+      await holder.release();
+    });
+  });
+}

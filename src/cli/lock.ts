@@ -105,7 +105,7 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
       TENURE_TOKEN: token,
       TENURE_STORE: target.url,
     };
-    child = new ChildJob(command, commandArgs, env);
+    child = new ChildJob(command, commandArgs, env, { graceMs });
     if (child.pid !== undefined) log.event('child-started', `started child ${child.pid}: ${args.command.join(' ')}`, { pid: child.pid });
     const ended = eitherSignal(handle.signal, interrupted.signal);
     const exit = await exitOrAbort(child, ended);

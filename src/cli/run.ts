@@ -154,7 +154,7 @@ async function supervise(s: Supervision): Promise<number> {
         TENURE_STORE: s.storeUrl,
       };
       const startedAt = performance.now();
-      const child = new ChildJob(s.command, s.commandArgs, env);
+      const child = new ChildJob(s.command, s.commandArgs, env, { graceMs });
       current = child;
       if (child.pid !== undefined) log.event('child-started', `started child ${child.pid} in term ${term}: ${s.commandLine}`, { pid: child.pid, term });
       const exit = await exitOrAbort(child, signal);

@@ -2,7 +2,7 @@
  * openStore: a Store from a URL (`memory:`, `sqlite:PATH`, ...) or options, with `lock()` added.
  * Drivers are loaded only when their store is used.
  */
-import { InvalidArgumentError, StaleTermError } from './core/index.js';
+import { InvalidArgumentError, StaleTermError, redactUrl } from './core/index.js';
 import { TypedEmitter } from './election/index.js';
 import type { AcquireResult, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewResult, Store, StreamEntry, Unsubscribe, WatchListener } from './core/index.js';
 import { Lock } from './locks/index.js';
@@ -25,14 +25,14 @@ const AVAILABLE = 'sqlite:PATH, memory:, postgres://, mysql://, redis://, etcd:/
 export function parseStoreUrl(url: string): StoreOptions {
   if (typeof url !== 'string' || url.trim() === '') throw new InvalidArgumentError('store', 'expected a store URL such as sqlite:./.tenure/tenure.db or memory:');
   const m = /^([a-z][a-z0-9+.-]*):(.*)$/i.exec(url.trim());
-  if (!m) throw new InvalidArgumentError('store', `expected SCHEME:..., such as sqlite:./data/tenure.db, got '${url}'`);
+  if (!m) throw new InvalidArgumentError('store', `expected SCHEME:..., such as sqlite:./data/tenure.db, got '${redactUrl(url)}'`);
   const scheme = m[1]!.toLowerCase();
   const rest = m[2]!;
   if (scheme === 'memory') return { kind: 'memory' };
   if (scheme === 'sqlite') {
     // sqlite:PATH, sqlite:///abs/path and sqlite://./rel all name a file.
     const path = rest.startsWith('//') ? rest.slice(2) : rest;
-    if (path === '') throw new InvalidArgumentError('store', `sqlite needs a file path, such as sqlite:./.tenure/tenure.db, got '${url}'`);
+    if (path === '') throw new InvalidArgumentError('store', `sqlite needs a file path, such as sqlite:./.tenure/tenure.db, got '${redactUrl(url)}'`);
     return { kind: 'sqlite', path };
   }
   if (scheme === 'redis' || scheme === 'rediss') return parseRedisUrl(url.trim());
@@ -53,9 +53,9 @@ function parseRedisUrl(url: string): StoreOptions {
   try {
     parsed = new URL(url);
   } catch {
-    throw new InvalidArgumentError('store', `expected redis://host:port, got '${url}'`);
+    throw new InvalidArgumentError('store', `expected redis://host:port, got '${redactUrl(url)}'`);
   }
-  if (parsed.hostname === '') throw new InvalidArgumentError('store', `redis needs a host, such as redis://127.0.0.1:6379, got '${url}'`);
+  if (parsed.hostname === '') throw new InvalidArgumentError('store', `redis needs a host, such as redis://127.0.0.1:6379, got '${redactUrl(url)}'`);
   const keyPrefix = parsed.searchParams.get('prefix');
   parsed.searchParams.delete('prefix');
   return { kind: 'redis', url: parsed.toString(), ...(keyPrefix !== null ? { keyPrefix } : {}) };
@@ -71,9 +71,9 @@ function parseSqlUrl(kind: 'postgres' | 'mysql', url: string): StoreOptions {
   try {
     parsed = new URL(url);
   } catch {
-    throw new InvalidArgumentError('store', `expected ${kind}://user@host:port/database, got '${url}'`);
+    throw new InvalidArgumentError('store', `expected ${kind}://user@host:port/database, got '${redactUrl(url)}'`);
   }
-  if (parsed.hostname === '') throw new InvalidArgumentError('store', `${kind} needs a host, such as ${kind}://127.0.0.1/tenure, got '${url}'`);
+  if (parsed.hostname === '') throw new InvalidArgumentError('store', `${kind} needs a host, such as ${kind}://127.0.0.1/tenure, got '${redactUrl(url)}'`);
   const tablePrefix = parsed.searchParams.get('prefix');
   parsed.searchParams.delete('prefix');
   const handover = parsed.searchParams.get('handover');
@@ -97,7 +97,7 @@ function parseEtcdUrl(url: string): StoreOptions {
   const m = /^etcd:\/\/([^/?#]*)\/?(?:\?(.*))?$/i.exec(url);
   const hosts = (m?.[1] ?? '').split(',').filter((h) => h !== '');
   if (!m || hosts.length === 0 || hosts.some((h) => !/^[^:\s]+:\d{1,5}$/.test(h))) {
-    throw new InvalidArgumentError('store', `expected etcd://host:port[,host:port…], such as etcd://127.0.0.1:2379, got '${url}'`);
+    throw new InvalidArgumentError('store', `expected etcd://host:port[,host:port…], such as etcd://127.0.0.1:2379, got '${redactUrl(url)}'`);
   }
   const namespace = new URLSearchParams(m[2] ?? '').get('prefix');
   return { kind: 'etcd', hosts, ...(namespace !== null ? { namespace } : {}) };

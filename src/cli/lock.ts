@@ -3,7 +3,7 @@
  * machines, with the fencing token in CMD's environment.
  */
 import { checkName, checkOwner, formatToken, limits } from '../core/index.js';
-import { TenureError } from '../core/index.js';
+import { TenureError, redactSecrets, redactUrl } from '../core/index.js';
 import { openRedlock, parseRedlockUrl } from '../locks/index.js';
 import type { AcquireOptions, LockHandle, Redlock } from '../locks/index.js';
 import { durationOption, flagOption, parseCommand, renderHelp, stringOption } from './args.js';
@@ -60,7 +60,7 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
   if (id !== undefined) checkOwner('--id', id);
   const storeFlag = stringOption(values, 'store');
   const redlockUrl = redlockTarget(storeFlag, io.env);
-  const target = redlockUrl ? { url: redlockUrl, display: redlockUrl.replace(/\/\/[^@/]*@/, '//***@') } : storeTarget(storeFlag, io.env);
+  const target = redlockUrl ? { url: redlockUrl, display: redactUrl(redlockUrl) } : storeTarget(storeFlag, io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
   const log = new TransitionLog(io.stderr, flagOption(values, 'json'), { lock: name });
 
@@ -161,7 +161,7 @@ async function openRedlockSource(url: string, display: string): Promise<LockSour
     redlock = await openRedlock(url);
   } catch (err) {
     if (err instanceof TenureError) throw err;
-    throw new StoreOpenError(`cannot open ${display}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    throw new StoreOpenError(`cannot open ${display}: ${redactSecrets(err instanceof Error ? err.message : String(err), [url])}`, { cause: err });
   }
   return {
     // Redlock needs only a quorum, which acquire itself establishes (or fails with exit code 4).

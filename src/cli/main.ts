@@ -127,6 +127,9 @@ function messageOf(err: unknown, urls: readonly string[]): string {
 
 /** The bin entry: run `main`, flush the output, exit with its code. */
 export async function runCli(): Promise<void> {
+  // Deprecation warnings from drivers (gRPC's "TLS ServerName set to an IP address" on etcds://
+  // to an IP) are not the user's to act on, and would break "one line per error".
+  process.noDeprecation = true;
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     // A closed pipe (`tenure log | head`) is a normal way for the reader to stop.
     if (err.code === 'EPIPE') process.exit(EXIT.ok);

@@ -124,7 +124,7 @@ describe('tenure on network stores never prints a URL credential', () => {
     const box = sandbox();
     const port = await freePort();
     for (const base of [`postgres://127.0.0.1:${port}/db`, `mysql://127.0.0.1:${port}/db`, `redis://127.0.0.1:${port}/`, `etcd://127.0.0.1:${port}`]) {
-      const url = base.startsWith('etcd') ? `${base}?password=${SECRET}` : withSecrets(base);
+      const url = base.startsWith('etcd') ? `etcd://root:${SECRET}@127.0.0.1:${port}?password=${SECRET}` : withSecrets(base);
       const run = await tenure(box, ['run', '--group', 'g', '--once', '--store', url, '--', 'true'], { timeoutMs: 60_000 });
       expect(run.code, `${base}: ${run.stderr}`).toBe(1);
       expect(run.stderr).toMatch(/cannot (reach|open) store/);

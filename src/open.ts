@@ -5,7 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { InvalidArgumentError, StaleTermError, redactUrl } from './core/index.js';
 import { TypedEmitter } from './election/index.js';
-import type { AcquireResult, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewResult, Store, StreamEntry, Unsubscribe, WatchListener } from './core/index.js';
+import type { AcquireResult, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewManyItem, RenewResult, Store, StreamEntry, Unsubscribe, WatchListener } from './core/index.js';
 import { Lock } from './locks/index.js';
 import type { LockOptions } from './locks/index.js';
 
@@ -204,11 +204,14 @@ export interface TenureStoreEvents {
 export class TenureStore extends TypedEmitter<TenureStoreEvents> implements Store, AsyncDisposable {
   readonly backend: Store;
   readonly watch?: (name: string, listener: WatchListener) => Unsubscribe;
+  /** Batched renewal in one round trip, where the backend has it (not etcd); LeaseSet uses it. */
+  readonly renewMany?: (owner: string, leases: readonly RenewManyItem[], ttlMs: number) => Promise<RenewResult[]>;
 
   constructor(backend: Store) {
     super();
     this.backend = backend;
     if (backend.watch) this.watch = (name, listener) => backend.watch!(name, listener);
+    if (backend.renewMany) this.renewMany = (owner, leases, ttlMs) => backend.renewMany!(owner, leases, ttlMs);
   }
 
   get kind(): string {

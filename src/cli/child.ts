@@ -37,14 +37,34 @@ const GROUP_POLL_MS = 50;
 /**
  * The watchdog's program (`node -e WATCHDOG PGID GRACE_MS`). Any byte on stdin disarms it; end of
  * file (tenure is gone) or SIGTERM/SIGHUP/SIGINT stops the group: SIGTERM, then SIGKILL when
- * anything is left after GRACE_MS. Zombies count as alive here (kill(2) sees them), which can
- * only make it send a SIGKILL that changes nothing.
+ * anything is left after GRACE_MS. It leaves once no live process is in the group.
  */
 const WATCHDOG = `
 const pgid = Number(process.argv[1]);
 const graceMs = Number(process.argv[2]);
 process.title = 'tenure-watchdog ' + pgid;
-const alive = () => { try { process.kill(-pgid, 0); return true; } catch (e) { return e.code === 'EPERM'; } };
+const fs = require('fs');
+// kill(2) counts zombies, which an init that reaps slowly leaves for a while: on Linux, count
+// the group's live members in /proc, as the supervisor does.
+const liveOnLinux = () => {
+  if (process.platform !== 'linux') return null;
+  try {
+    let n = 0;
+    for (const e of fs.readdirSync('/proc')) {
+      if (!/^[0-9]+$/.test(e)) continue;
+      let st;
+      try { st = fs.readFileSync('/proc/' + e + '/stat', 'utf8'); } catch { continue; }
+      const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+      if (Number(f[2]) === pgid && f[0] !== 'Z' && f[0] !== 'X') n++;
+    }
+    return n;
+  } catch { return null; }
+};
+const alive = () => {
+  try { process.kill(-pgid, 0); } catch (e) { return e.code === 'EPERM'; }
+  const n = liveOnLinux();
+  return n === null || n > 0;
+};
 const signal = (s) => { try { process.kill(-pgid, s); } catch {} };
 let firing = false;
 const fire = () => {

@@ -137,10 +137,17 @@ describe('tenure on network stores never prints a URL credential', () => {
 
   it('bad URLs (exit 2) quote the URL without its credentials', async () => {
     const box = sandbox();
-    for (const url of [`postgres://u:${SECRET}@[bad/x`, `redis://:${SECRET}@[bad`, `etcd://u:${SECRET}@h:notaport`, `redlock://:${SECRET}@a:1,b:99999`, `mysql://u:${SECRET}@h/db?handover=on`,
+    const bad = [
+      `postgres://u:${SECRET}@[bad/x`,
+      `redis://:${SECRET}@[bad`,
+      `etcd://u:${SECRET}@h:notaport`,
+      `redlock://:${SECRET}@a:1,b:99999`,
+      `mysql://u:${SECRET}@h/db?handover=on`,
       // A ?prefix= the store refuses is bad input too (exit 2), whatever the store.
       `etcd://root:${SECRET}@127.0.0.1:1?prefix=%01`,
-      `redis://:${SECRET}@127.0.0.1:1/?prefix=${'x'.repeat(300)}`]) {
+      `redis://:${SECRET}@127.0.0.1:1/?prefix=${'x'.repeat(300)}`,
+    ];
+    for (const url of bad) {
       const r = await tenure(box, ['lock', 'L', '--wait', '1s', '--store', url, '--', 'true']);
       expect(r.code, `${url}: ${r.stderr}`).toBe(2);
       expect(r.stderr).not.toContain(SECRET);

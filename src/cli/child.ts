@@ -2,6 +2,14 @@
  * The child command of `tenure run` and `tenure lock`: started in its own process group
  * (detached), so that stopping it reaches everything it started; stopped with SIGTERM to the
  * group, then SIGKILL to the group after a grace period.
+ *
+ * The child must not outlive tenure, even when tenure is killed outright (kill -9, the OOM
+ * killer): its lease would then run out and another node would start a second copy. So each
+ * child gets a watchdog: a small node process, in a session of its own, that holds the read end
+ * of a pipe whose write end only tenure has. The kernel closes that pipe however tenure dies;
+ * on end of file the watchdog stops the child's group the same way (SIGTERM, SIGKILL after the
+ * grace period). Tenure disarms the watchdog (writes to the pipe) once the group is gone, and the
+ * watchdog also leaves by itself as soon as it sees the group empty.
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -26,6 +34,62 @@ export interface StopReport {
 /** How often the group is checked for survivors after the child itself exited, ms. */
 const GROUP_POLL_MS = 50;
 
+/**
+ * The watchdog's program (`node -e WATCHDOG PGID GRACE_MS`). Any byte on stdin disarms it; end of
+ * file (tenure is gone) or SIGTERM/SIGHUP/SIGINT stops the group: SIGTERM, then SIGKILL when
+ * anything is left after GRACE_MS. It leaves once no live process is in the group.
+ */
+const WATCHDOG = `
+const pgid = Number(process.argv[1]);
+const graceMs = Number(process.argv[2]);
+process.title = 'tenure-watchdog ' + pgid;
+const fs = require('fs');
+// kill(2) counts zombies, which an init that reaps slowly leaves for a while: on Linux, count
+// the group's live members in /proc, as the supervisor does.
+const liveOnLinux = () => {
+  if (process.platform !== 'linux') return null;
+  try {
+    let n = 0;
+    for (const e of fs.readdirSync('/proc')) {
+      if (!/^[0-9]+$/.test(e)) continue;
+      let st;
+      try { st = fs.readFileSync('/proc/' + e + '/stat', 'utf8'); } catch { continue; }
+      const f = st.slice(st.lastIndexOf(')') + 2).split(' ');
+      if (Number(f[2]) === pgid && f[0] !== 'Z' && f[0] !== 'X') n++;
+    }
+    return n;
+  } catch { return null; }
+};
+const alive = () => {
+  try { process.kill(-pgid, 0); } catch (e) { return e.code === 'EPERM'; }
+  const n = liveOnLinux();
+  return n === null || n > 0;
+};
+const signal = (s) => { try { process.kill(-pgid, s); } catch {} };
+let firing = false;
+const fire = () => {
+  if (firing) return;
+  firing = true;
+  if (!alive()) process.exit(0);
+  signal('SIGTERM');
+  const since = Date.now();
+  setInterval(() => {
+    if (!alive()) process.exit(0);
+    if (Date.now() - since >= graceMs) { signal('SIGKILL'); process.exit(0); }
+  }, 50);
+};
+process.stdin.on('data', () => { if (!firing) process.exit(0); });
+process.stdin.on('end', fire);
+process.stdin.on('error', fire);
+for (const s of ['SIGTERM', 'SIGHUP', 'SIGINT']) process.on(s, fire);
+setInterval(() => { if (!firing && !alive()) process.exit(0); }, 1000);
+`;
+
+export interface ChildOptions {
+  /** The grace period between SIGTERM and SIGKILL when the watchdog stops the group, ms. */
+  readonly graceMs: number;
+}
+
 export class ChildJob {
   readonly pid: number | undefined;
   /** Resolves once, when the child has exited (or failed to start). Never rejects. */
@@ -34,12 +98,14 @@ export class ChildJob {
   private result: ChildExit | null = null;
   private stopping: Promise<ChildExit> | null = null;
   private forceKill: (() => void) | null = null;
+  private watchdog: ChildProcess | null = null;
 
-  constructor(command: string, args: readonly string[], env: NodeJS.ProcessEnv) {
+  constructor(command: string, args: readonly string[], env: NodeJS.ProcessEnv, options: ChildOptions) {
     // stdin is not passed on: the child runs in its own process group, where reading the
     // terminal would stop it (SIGTTIN).
     this.proc = spawn(command, args, { detached: true, stdio: ['ignore', 'inherit', 'inherit'], env });
     this.pid = this.proc.pid;
+    if (this.pid !== undefined) this.watchdog = startWatchdog(this.pid, options.graceMs);
     this.exited = new Promise<ChildExit>((resolve) => {
       const done = (exit: ChildExit): void => {
         if (this.result) return;
@@ -51,9 +117,20 @@ export class ChildJob {
         if (this.proc.pid === undefined) done({ code: err.code === 'EACCES' ? 126 : 127, signal: null, error: startError(command, err) });
       });
       this.proc.once('exit', (code, signal) => {
+        // Nothing left in the group: the watchdog has nothing to guard (and must not signal a
+        // group id that could be reused).
+        if (this.pid !== undefined && !groupAlive(this.pid)) this.disarm();
         done({ code: code ?? 128 + (signal ? (constants.signals[signal] ?? 0) : 0), signal });
       });
     });
+  }
+
+  /** Let the watchdog go without it touching the group. */
+  private disarm(): void {
+    const w = this.watchdog;
+    if (!w) return;
+    this.watchdog = null;
+    w.stdin?.end('disarm\n');
   }
 
   get hasExited(): boolean {
@@ -87,6 +164,7 @@ export class ChildJob {
       const timer = setTimeout(kill, graceMs);
       const finish = (exit: ChildExit): void => {
         clearTimeout(timer);
+        this.disarm();
         resolve(exit);
       };
       void this.exited.then((exit) => {
@@ -106,6 +184,26 @@ export class ChildJob {
   hurry(): void {
     this.forceKill?.();
   }
+}
+
+/**
+ * Start the watchdog of group `pgid`. It is detached (a session of its own, so a terminal's
+ * signals to tenure's group do not end it first) and unreferenced (it never keeps tenure
+ * running). The pipe's write end is opened close-on-exec, so no child inherits it and only
+ * tenure's death (or a disarm) ends the watchdog's input.
+ */
+function startWatchdog(pgid: number, graceMs: number): ChildProcess | null {
+  let w: ChildProcess;
+  try {
+    w = spawn(process.execPath, ['-e', WATCHDOG, String(pgid), String(graceMs)], { detached: true, stdio: ['pipe', 'ignore', 'ignore'], env: {} });
+  } catch {
+    return null;
+  }
+  w.on('error', () => {}); // could not start: the child runs unguarded, as it would have before
+  w.stdin?.on('error', () => {}); // the watchdog left first (the group was empty)
+  w.unref();
+  (w.stdin as unknown as { unref?: () => void } | null)?.unref?.();
+  return w;
 }
 
 /** Send `signal` to the process group led by `pid`; falls back to the process alone. */

@@ -164,7 +164,7 @@ class Demo {
       const target = storeTarget(`sqlite:${join(this.dir, 'tenure.db')}`, this.io.env);
       this.storeUrl = target.url;
       this.store = await openCliStore(target, 2000);
-      this.view.start(target.url);
+      this.view.start(target.display);
       ticker = setInterval(() => void this.tick(), TICK_MS);
       try {
         await this.script();

@@ -3,8 +3,8 @@
  * machines, with the fencing token in CMD's environment.
  */
 import { checkName, checkOwner, formatToken, limits } from '../core/index.js';
-import { TenureError } from '../core/index.js';
-import { openRedlock, parseRedlockUrl, redactRedlockUrl } from '../locks/index.js';
+import { TenureError, redactSecrets, redactUrl } from '../core/index.js';
+import { openRedlock, parseRedlockUrl } from '../locks/index.js';
 import type { AcquireOptions, LockHandle, Redlock } from '../locks/index.js';
 import { durationOption, flagOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
@@ -63,7 +63,7 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
   if (id !== undefined) checkOwner('--id', id);
   const storeFlag = stringOption(values, 'store');
   const redlockUrl = redlockTarget(storeFlag, io.env);
-  const target = redlockUrl ? { url: redlockUrl, display: redactRedlockUrl(redlockUrl) } : storeTarget(storeFlag, io.env);
+  const target = redlockUrl ? { url: redlockUrl, display: redactUrl(redlockUrl) } : storeTarget(storeFlag, io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
   const log = new TransitionLog(io.stderr, flagOption(values, 'json'), { lock: name });
 
@@ -108,7 +108,7 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
       TENURE_TOKEN: token,
       TENURE_STORE: target.url,
     };
-    child = new ChildJob(command, commandArgs, env);
+    child = new ChildJob(command, commandArgs, env, { graceMs });
     if (child.pid !== undefined) log.event('child-started', `started child ${child.pid}: ${args.command.join(' ')}`, { pid: child.pid });
     const ended = eitherSignal(handle.signal, interrupted.signal);
     const exit = await exitOrAbort(child, ended);
@@ -164,7 +164,7 @@ async function openRedlockSource(url: string, display: string): Promise<LockSour
     redlock = await openRedlock(url);
   } catch (err) {
     if (err instanceof TenureError) throw err;
-    throw new StoreOpenError(`cannot open ${display}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    throw new StoreOpenError(`cannot open ${display}: ${redactSecrets(err instanceof Error ? err.message : String(err), [url])}`, { cause: err });
   }
   return {
     // A quorum of servers must answer before waiting starts: with fewer, no lock can be granted,

@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { InvalidArgumentError, LockTimeoutError, StaleTermError, TenureError } from '../core/index.js';
+import { InvalidArgumentError, LockTimeoutError, StaleTermError, TenureError, redactSecrets } from '../core/index.js';
 import { UsageError, wantsDebug } from './args.js';
 import type { CommandSpec } from './args.js';
 import { appendCommand, appendSpec } from './append.js';
@@ -96,8 +96,10 @@ export async function main(argv: readonly string[], io: CliIO = { stdout: proces
     return await command.run(args, io);
   } catch (err) {
     const code = exitCodeFor(err);
-    io.stderr.write(`${label}: ${messageOf(err)}\n`);
-    if (debug && err instanceof Error && err.stack) io.stderr.write(`${err.stack}\n`);
+    // The URLs the command was given (--store URL, --store=URL, TENURE_STORE), for redaction.
+    const urls = [...rest.map((a) => a.replace(/^--[a-z-]+=/, '')), io.env.TENURE_STORE ?? ''];
+    io.stderr.write(`${label}: ${messageOf(err, urls)}\n`);
+    if (debug && err instanceof Error && err.stack) io.stderr.write(`${redactSecrets(err.stack, urls)}\n`);
     return code;
   }
 }
@@ -116,13 +118,18 @@ export function exitCodeFor(err: unknown): number {
   return EXIT.failure;
 }
 
-function messageOf(err: unknown): string {
-  const text = err instanceof Error ? err.message : String(err);
+function messageOf(err: unknown, urls: readonly string[]): string {
+  // Any URL an error quotes (a driver's, say) loses its credentials, and so does the store URL's
+  // password where it is quoted without its URL.
+  const text = redactSecrets(err instanceof Error ? err.message : String(err), urls);
   return text.replace(/\s*\n\s*/g, ' ').trim() || String(err);
 }
 
 /** The bin entry: run `main`, flush the output, exit with its code. */
 export async function runCli(): Promise<void> {
+  // Deprecation warnings from drivers (gRPC's "TLS ServerName set to an IP address" on etcds://
+  // to an IP) are not the user's to act on, and would break "one line per error".
+  process.noDeprecation = true;
   process.stdout.on('error', (err: NodeJS.ErrnoException) => {
     // A closed pipe (`tenure log | head`) is a normal way for the reader to stop.
     if (err.code === 'EPIPE') process.exit(EXIT.ok);

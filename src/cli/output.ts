@@ -3,6 +3,7 @@
  * per event, or one JSON object per line with `--json`.
  */
 import type { Writable } from 'node:stream';
+import { redactSecrets } from '../core/index.js';
 
 export type EventFields = Record<string, string | number | boolean | null | undefined>;
 
@@ -19,14 +20,17 @@ export class TransitionLog {
     private readonly prefix = 'tenure',
   ) {}
 
-  /** Report `event`; `text` is the human line, `fields` the JSON payload. */
+  /**
+   * Report `event`; `text` is the human line, `fields` the JSON payload. Credentials of any URL in
+   * either (a driver's error may quote one) are replaced by `***`.
+   */
   event(event: string, text: string, fields: EventFields = {}): void {
     if (this.json) {
       const record: Record<string, unknown> = { time: new Date().toISOString(), event, ...this.base };
-      for (const [k, v] of Object.entries(fields)) if (v !== undefined) record[k] = v;
+      for (const [k, v] of Object.entries(fields)) if (v !== undefined) record[k] = typeof v === 'string' ? redactSecrets(v) : v;
       this.out.write(`${JSON.stringify(record)}\n`);
     } else {
-      this.out.write(`${this.prefix}: ${text}\n`);
+      this.out.write(`${this.prefix}: ${redactSecrets(text)}\n`);
     }
   }
 

@@ -33,8 +33,9 @@ export const runSpec: CommandSpec = {
     'Campaigns for G and starts CMD when elected, with TENURE_GROUP, TENURE_TERM, TENURE_TOKEN (the\n' +
       'fencing token, as `tenure append --token` takes it), TENURE_ID and TENURE_STORE in its\n' +
       'environment. When leadership ends, CMD\'s process group gets SIGTERM, then SIGKILL after\n' +
-      '--grace. CMD starts again on re-election; if it exits by itself while leader, it is restarted\n' +
-      'with backoff (1s, doubling to 30s). SIGINT/SIGTERM stop CMD, release the lease and exit.',
+      '--grace; if tenure itself dies (even by kill -9), a watchdog process does the same. CMD starts\n' +
+      'again on re-election; if it exits by itself while leader, it is restarted with backoff (1s,\n' +
+      'doubling to 30s). SIGINT/SIGTERM stop CMD, release the lease and exit.',
     'Durations: 1500, 1500ms, 10s, 2m. Exit codes: with --once, CMD\'s own code (1 if CMD exited 0\n' +
       'after being stopped because leadership was lost); 130/143 after SIGINT/SIGTERM; 2 for bad usage;\n' +
       '1 when the store cannot be opened, or fails in a way retrying cannot fix (a lease whose term is\n' +
@@ -161,7 +162,7 @@ async function supervise(s: Supervision): Promise<number> {
         TENURE_STORE: s.storeUrl,
       };
       const startedAt = performance.now();
-      const child = new ChildJob(s.command, s.commandArgs, env);
+      const child = new ChildJob(s.command, s.commandArgs, env, { graceMs });
       current = child;
       if (child.pid !== undefined) log.event('child-started', `started child ${child.pid} in term ${term}: ${s.commandLine}`, { pid: child.pid, term });
       const exit = await exitOrAbort(child, signal);

@@ -3,7 +3,7 @@
  * opening it with failures turned into one line that names the store.
  */
 import { resolve } from 'node:path';
-import { InvalidArgumentError, TenureError } from '../core/index.js';
+import { InvalidArgumentError, TenureError, redactSecrets, redactUrl } from '../core/index.js';
 import { DEFAULT_STORE_URL, openStore, parseStoreUrl } from '../open.js';
 import type { StoreOptions, TenureStore } from '../open.js';
 import type { OptionSpec } from './args.js';
@@ -25,7 +25,7 @@ export class StoreOpenError extends Error {
 export interface StoreTarget {
   /** The URL as a child process should receive it: SQLite paths made absolute. */
   readonly url: string;
-  /** The URL for messages: any password replaced by `***`. */
+  /** The URL for messages: its credentials (password, secret query parameters) replaced by `***`. */
   readonly display: string;
   readonly options: StoreOptions;
 }
@@ -40,11 +40,24 @@ export function storeTarget(flag: string | undefined, env: NodeJS.ProcessEnv): S
   try {
     options = parseStoreUrl(given);
   } catch (err) {
-    if (err instanceof InvalidArgumentError) throw new InvalidArgumentError('--store', err.message.replace(/^store: /, ''));
+    if (err instanceof InvalidArgumentError) throw new InvalidArgumentError('--store', redactSecrets(err.message.replace(/^store: /, ''), [given]));
     throw err;
   }
   const url = options.kind === 'sqlite' ? `sqlite:${resolve(options.path)}` : given.trim();
-  return { url, display: url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@]*:)[^@/]*@/i, '$1***@'), options };
+  return { url, display: redactUrl(url), options };
+}
+
+/**
+ * A store's error for the user: bad input in the URL (a `?prefix=` the store refuses) stays bad
+ * input (exit 2); anything else becomes a StoreOpenError (exit 1) that names the store. Either
+ * way no credential of the URL is shown.
+ */
+function storeFailure(what: string, target: StoreTarget, err: unknown): Error {
+  const reason = redactSecrets(err instanceof Error ? err.message : String(err), [target.url]);
+  if (err instanceof TenureError && err.code === 'INVALID_ARGUMENT') {
+    return new InvalidArgumentError('--store', `${target.display}: ${reason.replace(/^store: /, '')}`);
+  }
+  return new StoreOpenError(`${what} ${target.display}: ${reason}`, { cause: err });
 }
 
 /**
@@ -58,9 +71,8 @@ export async function openCliStore(target: StoreTarget, busyTimeoutMs?: number):
     return await openStore(options);
   } catch (err) {
     if (err instanceof TenureError && err.code === 'DRIVER_MISSING') throw err;
-    const reason = err instanceof Error ? err.message : String(err);
     // Store errors already name the store; raw system errors (mkdir, open) do not.
-    throw new StoreOpenError(`cannot open store ${target.display}: ${reason}`, { cause: err });
+    throw storeFailure('cannot open store', target, err);
   }
 }
 
@@ -81,11 +93,11 @@ export async function probeStore(store: TenureStore, target: StoreTarget, name: 
       }),
     ]);
   } catch (err) {
-    if (err instanceof TenureError && err.code === 'INVALID_ARGUMENT') throw err;
+    if (err instanceof TenureError && err.code === 'INVALID_ARGUMENT') throw err; // about the name
     if (err instanceof TenureError && err.code === 'STORE_DATA') {
-      throw new StoreOpenError(`store ${target.display} holds data tenure cannot use: ${err.message}`, { cause: err });
+      throw new StoreOpenError(`store ${target.display} holds data tenure cannot use: ${redactSecrets(err.message, [target.url])}`, { cause: err });
     }
-    throw new StoreOpenError(`cannot reach store ${target.display}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    throw storeFailure('cannot reach store', target, err);
   } finally {
     clearTimeout(timer);
   }

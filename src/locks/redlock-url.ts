@@ -17,7 +17,7 @@
  *   timeout=D      per-server timeout
  * A password for every server may be given as `redlock://:PASSWORD@host:port,…`.
  */
-import { InvalidArgumentError, checkTtl, parseDuration, systemClock } from '../core/index.js';
+import { InvalidArgumentError, checkTtl, parseDuration, redactSecrets, redactUrl, systemClock } from '../core/index.js';
 import type { Redis } from 'ioredis';
 import { Redlock } from './redlock.js';
 import type { RedlockOptions } from './redlock.js';
@@ -57,10 +57,10 @@ export function parseRedlockUrl(url: string): RedlockUrl {
 
 function parse(url: string): RedlockUrl {
   const m = /^redlock:\/\/(?:(?:[^:@/]*):([^@/]*)@)?([^/?#]+)\/?(?:\?([^#]*))?$/i.exec(url.trim());
-  if (!m) throw new InvalidArgumentError('store', `expected redlock://host:port,host:port,host:port, got '${url}'`);
+  if (!m) throw new InvalidArgumentError('store', `expected redlock://host:port,host:port,host:port, got '${redactUrl(url)}'`);
   const servers = m[2]!.split(',').map((part) => {
     const hp = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(part.trim());
-    if (!hp) throw new InvalidArgumentError('store', `bad server '${part}' in '${url}': expected host:port`);
+    if (!hp) throw new InvalidArgumentError('store', `bad server '${redactSecrets(part, [url])}' in '${redactUrl(url)}': expected host:port`);
     const port = hp[2] === undefined ? 6379 : Number(hp[2]);
     if (port < 1 || port > 65535) throw new InvalidArgumentError('store', `bad port in '${part}'`);
     return { host: hp[1]!.replace(/^\[|\]$/g, ''), port };

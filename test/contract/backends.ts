@@ -14,8 +14,21 @@ import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-serve
 import { redisBackend } from '../stores/redis-backend.js';
 import { etcdBackend } from '../stores/etcd-backend.js';
 
+/**
+ * The optional parts of the Store interface a backend has: `true`, or why it has not (shown in
+ * the test report beside each skipped scenario). The contract checks the declaration against the
+ * store it opens, so it cannot drift; the per-store table in README.md lists the same.
+ */
+export interface Capabilities {
+  /** `store.renewMany`: batched renewal in one round trip. */
+  readonly renewMany: true | string;
+  /** `store.watch`: push of lease changes. */
+  readonly watch: true | string;
+}
+
 export interface Backend {
   readonly name: string;
+  readonly capabilities: Capabilities;
   /** Open a fresh store with no leases or streams; `cleanup` removes whatever it made. */
   open(): Promise<{ store: Store; cleanup: () => Promise<void> }>;
   /**
@@ -34,17 +47,21 @@ function tempDir(prefix: string): { dir: string; remove: () => void } {
 }
 
 export const backends: Backend[] = [
-  { name: 'memory', open: async () => ({ store: new MemoryStore(), cleanup: async () => {} }) },
+  { name: 'memory', capabilities: { renewMany: true, watch: true }, open: async () => ({ store: new MemoryStore(), cleanup: async () => {} }) },
   {
     name: 'sqlite',
+    capabilities: { renewMany: true, watch: true },
     open: async () => {
       const t = tempDir('tenure-contract-');
       const store = new SqliteStore({ path: join(t.dir, 'tenure.db') });
       return { store, cleanup: async () => { await store.close(); t.remove(); } };
     },
   },
-  { name: 'postgres', open: async () => { const db = await createPostgresDatabase(); const store = new PostgresStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
-  { name: 'mysql', open: async () => { const db = await createMysqlDatabase(); const store = new MysqlStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
+  { name: 'postgres', capabilities: { renewMany: true, watch: true }, open: async () => { const db = await createPostgresDatabase(); const store = new PostgresStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
+  {
+    name: 'mysql',
+    capabilities: { renewMany: true, watch: 'MySQL has no push; a MysqlStore polls only when given watchPollMs, and the contract opens it without' },
+    open: async () => { const db = await createMysqlDatabase(); const store = new MysqlStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
   redisBackend,
   etcdBackend,
 ];

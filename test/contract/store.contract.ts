@@ -13,6 +13,7 @@ export function storeContract(backend: Backend): void {
   const short = (ttlMs: number): number => Math.max(ttlMs, backend.minTtlMs ?? 0);
   const outlive = (ttlMs: number): Promise<unknown> => sleep(short(ttlMs) + 30 + (backend.expiryLagMs ?? 0));
 
+  const caps = backend.capabilities;
   describe(`Store contract: ${backend.name}`, () => {
     let store: Store;
     let cleanup: () => Promise<void>;
@@ -283,15 +284,22 @@ export function storeContract(backend: Backend): void {
       });
     });
 
+    describe('capabilities', () => {
+      it(`declares what its store has: renewMany ${caps.renewMany === true ? 'yes' : 'no'}, watch ${caps.watch === true ? 'yes' : 'no'}`, () => {
+        expect(typeof store.renewMany === 'function').toBe(caps.renewMany === true);
+        expect(typeof store.watch === 'function').toBe(caps.watch === true);
+      });
+    });
+
     describe('renewMany (where the store batches renewals)', () => {
-      it('renews every lease the owner holds live with its term, and reports the lost ones, in order', async () => {
-        if (!store.renewMany) return; // optional in the Store interface
+      it.skipIf(caps.renewMany !== true)(`renews every lease the owner holds live with its term, and reports the lost ones, in order${skipped(caps.renewMany)}`, async () => {
+        const renewMany = store.renewMany!.bind(store);
         await store.acquire('m/a', 'x~1', 2000, { k: 'a' });
         await store.acquire('m/b', 'x~1', 2000);
         await store.acquire('m/other', 'y~1', 5000);
         await store.acquire('m/expired', 'x~1', short(50));
         await outlive(50);
-        const results = await store.renewMany(
+        const results = await renewMany(
           'x~1',
           [
             { name: 'm/b', term: 1 },
@@ -314,28 +322,27 @@ export function storeContract(backend: Backend): void {
         expect(await store.read('m/b')).toMatchObject({ owner: 'x~1', term: 1 });
         expect(await store.read('m/expired')).toBeNull();
         // A wrong term or owner renews nothing.
-        const wrong = await store.renewMany('x~1', [{ name: 'm/a', term: 2 }], 5000);
+        const wrong = await renewMany('x~1', [{ name: 'm/a', term: 2 }], 5000);
         expect(wrong).toMatchObject([{ renewed: false, lease: { owner: 'x~1', term: 1 } }]);
-        expect((await store.renewMany('y~1', [{ name: 'm/a', term: 1 }], 5000))[0]!.renewed).toBe(false);
-        expect(await store.renewMany('x~1', [], 5000)).toEqual([]);
+        expect((await renewMany('y~1', [{ name: 'm/a', term: 1 }], 5000))[0]!.renewed).toBe(false);
+        expect(await renewMany('x~1', [], 5000)).toEqual([]);
       });
 
-      it('rejects bad input without renewing anything', async () => {
-        if (!store.renewMany) return;
+      it.skipIf(caps.renewMany !== true)(`rejects bad input without renewing anything${skipped(caps.renewMany)}`, async () => {
+        const renewMany = store.renewMany!.bind(store);
         await store.acquire('m/a', 'x~1', 5000);
-        await expect(store.renewMany('x~1', [{ name: 'm/a', term: 1 }, { name: 'm/a', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
-        await expect(store.renewMany('x~1', [{ name: '', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
-        await expect(store.renewMany('x~1', [{ name: 'm/a', term: 0 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
-        await expect(store.renewMany('x~1', [{ name: 'm/a', term: 1 }], 5)).rejects.toBeInstanceOf(InvalidArgumentError);
-        await expect(store.renewMany('', [{ name: 'm/a', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(renewMany('x~1', [{ name: 'm/a', term: 1 }, { name: 'm/a', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(renewMany('x~1', [{ name: '', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(renewMany('x~1', [{ name: 'm/a', term: 0 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(renewMany('x~1', [{ name: 'm/a', term: 1 }], 5)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(renewMany('', [{ name: 'm/a', term: 1 }], 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
       });
     });
 
     describe('watch (where the store pushes)', () => {
-      it('tells a watcher of release and of a new holder', async () => {
-        if (!store.watch) return; // push is optional in the Store interface; this backend polls
+      it.skipIf(caps.watch !== true)(`tells a watcher of release and of a new holder${skipped(caps.watch)}`, async () => {
         const seen: (string | null)[] = [];
-        const stop = store.watch('g', (lease) => seen.push(lease ? `${lease.owner}@${lease.term}` : null));
+        const stop = store.watch!('g', (lease) => seen.push(lease ? `${lease.owner}@${lease.term}` : null));
         await store.acquire('g', 'a~1', 5000);
         await store.release('g', 'a~1', 1);
         await store.acquire('g', 'b~1', 5000);
@@ -353,6 +360,11 @@ export function storeContract(backend: Backend): void {
       });
     });
   });
+}
+
+/** The reason a scenario is skipped, for its title in the report. */
+function skipped(capability: true | string): string {
+  return capability === true ? '' : ` [skipped: ${capability}]`;
 }
 
 async function waitFor(cond: () => boolean, timeoutMs = 2000): Promise<void> {

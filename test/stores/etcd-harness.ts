@@ -19,6 +19,8 @@ export interface EtcdMember {
   readonly name: string;
   /** `127.0.0.1:PORT` for clients. */
   readonly host: string;
+  /** Plain-HTTP `/health` (etcd's metrics listener), which answers whatever the client URL speaks. */
+  readonly healthUrl: string;
   readonly peerUrl: string;
   readonly dataDir: string;
   process: ChildProcess | null;
@@ -70,16 +72,39 @@ function tempRoot(): string {
   return mkdtempSync(join(base, 'tenure-etcd-'));
 }
 
+/** Options of a private etcd: TLS on the client URLs (PEM file paths). */
+export interface EtcdStartOptions {
+  readonly tls?: {
+    readonly certFile: string;
+    readonly keyFile: string;
+    /** With it, clients must show a certificate signed by this CA (`--client-cert-auth`). */
+    readonly clientCaFile?: string;
+  };
+}
+
 /** Start an etcd cluster of `size` members and wait until it has a raft leader. */
-export async function startEtcd(size = 1): Promise<EtcdCluster> {
+export async function startEtcd(size = 1, options: EtcdStartOptions = {}): Promise<EtcdCluster> {
   if (!etcdInstalled()) throw new Error('etcd is not installed: apt-get install -y etcd-server etcd-client');
   const root = tempRoot();
   const members: EtcdMember[] = [];
   for (let i = 0; i < size; i++) {
     const clientPort = await freePort();
     const peerPort = await freePort();
-    members.push({ name: `m${i}`, host: `127.0.0.1:${clientPort}`, peerUrl: `http://127.0.0.1:${peerPort}`, dataDir: join(root, `m${i}`), process: null });
+    const metricsPort = await freePort();
+    members.push({
+      name: `m${i}`,
+      host: `127.0.0.1:${clientPort}`,
+      healthUrl: `http://127.0.0.1:${metricsPort}/health`,
+      peerUrl: `http://127.0.0.1:${peerPort}`,
+      dataDir: join(root, `m${i}`),
+      process: null,
+    });
   }
+  const tls = options.tls;
+  const clientScheme = tls ? 'https' : 'http';
+  const tlsArgs = tls
+    ? ['--cert-file', tls.certFile, '--key-file', tls.keyFile, ...(tls.clientCaFile ? ['--client-cert-auth', '--trusted-ca-file', tls.clientCaFile] : [])]
+    : [];
   const initialCluster = members.map((m) => `${m.name}=${m.peerUrl}`).join(',');
   const launch = (m: EtcdMember, state: 'new' | 'existing'): void => {
     const p = spawn(
@@ -87,8 +112,10 @@ export async function startEtcd(size = 1): Promise<EtcdCluster> {
       [
         '--name', m.name,
         '--data-dir', m.dataDir,
-        '--listen-client-urls', `http://${m.host}`,
-        '--advertise-client-urls', `http://${m.host}`,
+        '--listen-client-urls', `${clientScheme}://${m.host}`,
+        '--advertise-client-urls', `${clientScheme}://${m.host}`,
+        '--listen-metrics-urls', new URL(m.healthUrl).origin,
+        ...tlsArgs,
         '--listen-peer-urls', m.peerUrl,
         '--initial-advertise-peer-urls', m.peerUrl,
         '--initial-cluster', initialCluster,
@@ -156,7 +183,7 @@ async function waitHealthy(members: EtcdMember[], timeoutMs = 20_000): Promise<v
   for (const m of members) {
     for (;;) {
       try {
-        const res = await fetch(`http://${m.host}/health`, { signal: AbortSignal.timeout(500) });
+        const res = await fetch(m.healthUrl, { signal: AbortSignal.timeout(500) });
         const body = (await res.json()) as { health?: string };
         if (body.health === 'true') break;
       } catch {

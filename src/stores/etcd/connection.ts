@@ -18,6 +18,14 @@ export interface EtcdConnectionOptions {
   hosts?: string | readonly string[];
   /** Prepended to every key tenure writes (default ''; keep '' to share elections with etcdctl). */
   namespace?: string;
+  /** User and password for etcd's auth (`etcdctl auth enable`); tenure exchanges them for a token. Only for clients tenure creates. */
+  auth?: { readonly username: string; readonly password: string };
+  /**
+   * Talk TLS (gRPC over HTTPS) to every member: `ca` (PEM) to verify the members (default: the
+   * system's roots), `cert` and `key` (PEM) for a client certificate. `true` for TLS with the
+   * defaults. Only for clients tenure creates.
+   */
+  tls?: boolean | { readonly ca?: Buffer; readonly cert?: Buffer; readonly key?: Buffer };
   /** A unary call with no answer after this long fails with StoreUnavailableError, ms (default 5000). Only for clients tenure creates. */
   requestTimeoutMs?: number;
   clock?: Clock;
@@ -90,11 +98,23 @@ export class EtcdConnection {
       if (hosts.length === 0 || hosts.some((h) => h.trim() === '')) {
         throw new InvalidArgumentError('hosts', 'expected one or more etcd members such as 127.0.0.1:2379');
       }
-      const urls = hosts.map((h) => (/^https?:\/\//.test(h.trim()) ? h.trim() : `http://${h.trim()}`));
+      const tls = options.tls === true ? {} : options.tls || null;
+      if (tls && (tls.cert === undefined) !== (tls.key === undefined)) {
+        throw new InvalidArgumentError('tls', 'a client certificate needs both cert and key');
+      }
+      const auth = options.auth;
+      if (auth !== undefined && (typeof auth.username !== 'string' || auth.username === '' || typeof auth.password !== 'string')) {
+        throw new InvalidArgumentError('auth', 'expected { username, password } with a non-empty username');
+      }
+      const scheme = tls ? 'https' : 'http';
+      const urls = hosts.map((h) => (/^https?:\/\//.test(h.trim()) ? h.trim() : `${scheme}://${h.trim()}`));
       const { Etcd3: Client } = loadEtcd3();
       const timeoutMs = this.requestTimeoutMs;
       this.client = new Client({
         hosts: urls,
+        // The etcd3 types want a root certificate; gRPC takes none as "the system's roots".
+        ...(tls && (tls.ca || tls.cert) ? { credentials: { rootCertificate: tls.ca as Buffer, ...(tls.key ? { privateKey: tls.key } : {}), ...(tls.cert ? { certChain: tls.cert } : {}) } } : {}),
+        ...(auth ? { auth: { username: auth.username, password: auth.password } } : {}),
         dialTimeout: timeoutMs,
         // gRPC deadlines are wall-clock instants by API; only unary calls get one (streams live on).
         defaultCallOptions: (context) => (context.isStream ? {} : { deadline: new Date(Date.now() + timeoutMs) }),

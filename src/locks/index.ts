@@ -5,5 +5,5 @@ export type { RedlockOptions, RedlockAcquireOptions, RedlockHandle } from './red
 export { quorumCounter, redisCounter, storeLeaseClock, sequenceClock } from './redlock-fencing.js';
 export type { GenerationClock, GenerationContext, QuorumCounterOptions, QuorumCounterSpec, RedisCounterOptions } from './redlock-fencing.js';
 export type { QuorumKeys } from './redlock-instance.js';
-export { openRedlock, parseRedlockUrl, redactRedlockUrl } from './redlock-url.js';
+export { openRedlock, parseRedlockUrl } from './redlock-url.js';
 export type { RedlockUrl } from './redlock-url.js';

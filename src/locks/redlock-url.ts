@@ -35,18 +35,13 @@ export interface RedlockUrl {
   readonly instanceTimeoutMs?: number;
 }
 
-/** The URL for messages: a password (everything between `//` and `@`) shown as `***`. */
-export function redactRedlockUrl(url: string): string {
-  return url.replace(/^(\s*redlock:\/\/)[^@/?#]*@/i, '$1***@');
-}
-
 /** Parse a redlock URL; throws InvalidArgumentError (field `store`) naming what is wrong, never showing a password. */
 export function parseRedlockUrl(url: string): RedlockUrl {
   try {
     return parse(url);
   } catch (err) {
     if (err instanceof InvalidArgumentError) {
-      const shown = redactRedlockUrl(url);
+      const shown = redactUrl(url);
       const password = /^\s*redlock:\/\/([^@/?#]*)@/i.exec(url)?.[1];
       const message = err.message.replace(/^store: /, '').split(url).join(shown);
       throw new InvalidArgumentError('store', password ? message.split(password).join('***') : message);

@@ -96,7 +96,7 @@ describe('Redlock', () => {
       }
       return '';
     })();
-    expect(bad).toMatch(/bad server 'b:x' in 'redlock:\/\/\*\*\*@a:1,b:x\?fence=9'/);
+    expect(bad).toMatch(/bad server 'b:x' in 'redlock:\/\/:\*\*\*@a:1,b:x\?fence=9'/);
     expect(bad).not.toContain('s3cret');
     expect(() => parseRedlockUrl('redlock://')).toThrow(/expected redlock:\/\/host:port/);
   });

@@ -6,3 +6,4 @@ export * from './validate.js';
 export * from './token.js';
 export * from './timing.js';
 export * from './lease.js';
+export * from './fence-events.js';

@@ -90,6 +90,22 @@ describe('mysql store: on the shared server', () => {
     expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
   });
 
+  it('migrates a version 3 schema in place: each stream belongs to the lease of its entry 1', async () => {
+    const old = open({ tablePrefix: 'v3_' });
+    const g = (await old.acquire('g', 'a~1', 60_000)).lease.term;
+    const h = (await old.acquire('h', 'b~1', 60_000)).lease.term;
+    expect(await old.appendFenced({ lease: 'g', term: g }, 's', 'one')).toBe(1);
+    // Make it what tenure with schema version 3 left behind (its procedure reported no owner).
+    await pool.query('DROP PROCEDURE v3_append');
+    await pool.query("UPDATE v3_schema SET value = '3' WHERE `key` = 'version'");
+    const store = open({ tablePrefix: 'v3_' });
+    await expect(store.appendFenced({ lease: 'h', term: h }, 's', 'by h')).rejects.toThrow('stream s belongs to lease g, not h');
+    expect(await store.appendFenced({ lease: 'g', term: g }, 's', 'two')).toBe(2);
+    expect((await store.readStream('s')).map((e) => e.lease)).toEqual(['g', 'g']);
+    const [v] = await pool.query("SELECT value FROM v3_schema WHERE `key` = 'version'");
+    expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
+  });
+
   it('migrates a version 1 schema (no procedures) in place, keeping its data', async () => {
     const old = open({ tablePrefix: 'v1_' });
     const first = await old.acquire('g', 'a~1', 60_000);

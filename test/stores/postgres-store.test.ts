@@ -9,6 +9,7 @@ import { InvalidArgumentError, StaleTermError, StoreUnavailableError } from '../
 import type { Lease } from '../../src/core/index.js';
 import { openStore } from '../../src/open.js';
 import { PostgresStore, fencedUpdate } from '../../src/stores/postgres/index.js';
+import { SCHEMA_VERSION } from '../../src/stores/postgres/sql.js';
 import type { PgPool } from '../../src/stores/postgres/index.js';
 import { PgInstance, freePort, pgBinariesAvailable } from './pg-instance.js';
 import { createPostgresDatabase } from './sql-servers.js';
@@ -98,7 +99,7 @@ describe('postgres store: on the shared server', () => {
       expect(() => new PostgresStore({ url: db.url, tablePrefix: bad })).toThrow(InvalidArgumentError);
     }
     const v = await pool.query('SELECT value FROM app_a_schema WHERE key = $1', ['version']);
-    expect(v.rows).toEqual([{ value: '3' }]);
+    expect(v.rows).toEqual([{ value: String(SCHEMA_VERSION) }]);
   });
 
   it('migrates a version 1 schema (name-only NOTIFY) in place, and pushes the state in the payload', async () => {
@@ -113,13 +114,43 @@ describe('postgres store: on the shared server', () => {
     const seen: (string | null)[] = [];
     const stop = watcher.watch('g', (l: Lease | null) => seen.push(l ? `${l.owner}@${l.term}@${l.meta.role}` : null));
     await waitFor(() => seen.length === 1, 3000, 'current holder read after LISTEN');
-    expect((await pool.query("SELECT value FROM v1_schema WHERE key = 'version'")).rows).toEqual([{ value: '3' }]);
+    expect((await pool.query("SELECT value FROM v1_schema WHERE key = 'version'")).rows).toEqual([{ value: String(SCHEMA_VERSION) }]);
     await other.release('g', 'a~1', 1);
     await waitFor(() => seen.length === 2, 3000, 'release pushed');
     await other.acquire('g', 'b~1', 60_000, { role: 'x' });
     await waitFor(() => seen.length === 3, 3000, 'takeover pushed');
     expect(seen).toEqual(['a~1@1@undefined', null, 'b~1@2@x']);
     stop();
+  });
+
+  it('migrates a version 3 schema (stream heads without a lease) in place: each stream belongs to the lease of its entry 1', async () => {
+    const old = open({ tablePrefix: 'v3_' });
+    const g = (await old.acquire('g', 'a~1', 60_000)).lease.term;
+    const h = (await old.acquire('h', 'b~1', 60_000)).lease.term;
+    expect(await old.appendFenced({ lease: 'g', term: g }, 's', 'one')).toBe(1);
+    expect(await old.appendFenced({ lease: 'h', term: h }, 't', 'uno')).toBe(1);
+    // Make it what tenure with schema version 3 left behind.
+    await pool.query('ALTER TABLE v3_stream_heads DROP COLUMN lease');
+    await pool.query("UPDATE v3_schema SET value = '3' WHERE key = 'version'");
+    const store = open({ tablePrefix: 'v3_' });
+    await expect(store.appendFenced({ lease: 'h', term: h }, 's', 'by h')).rejects.toThrow('stream s belongs to lease g, not h');
+    await expect(store.appendFenced({ lease: 'g', term: g }, 't', 'by g')).rejects.toThrow('stream t belongs to lease h, not g');
+    expect(await store.appendFenced({ lease: 'g', term: g }, 's', 'two')).toBe(2);
+    expect((await pool.query('SELECT stream, last_seq, lease FROM v3_stream_heads ORDER BY stream')).rows).toEqual([
+      { stream: 's', last_seq: '2', lease: 'g' },
+      { stream: 't', last_seq: '1', lease: 'h' },
+    ]);
+    expect((await pool.query("SELECT value FROM v3_schema WHERE key = 'version'")).rows).toEqual([{ value: String(SCHEMA_VERSION) }]);
+  });
+
+  it('refuses a payload with a NUL as bad input before sending it, writing nothing', async () => {
+    const store = open({ tablePrefix: 'nul_' });
+    const term = (await store.acquire('g', 'a~1', 60_000)).lease.term;
+    const err = await store.appendFenced({ lease: 'g', term }, 's', 'a\u0000b').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect((err as Error).message).toMatch(/^payload: must not contain NUL/);
+    expect(await store.readStream('s')).toEqual([]);
+    expect(await store.appendFenced({ lease: 'g', term }, 's', 'ok')).toBe(1);
   });
 
   it('creates the schema once when many stores start at the same moment', async () => {

@@ -35,6 +35,8 @@ import {
   decideAcquire,
   decideFence,
   decodeMeta,
+  foreignStreamError,
+  reportStale,
   encodeMeta,
   isLive,
   toLease,
@@ -262,7 +264,7 @@ export class MysqlStore implements Store {
         this.headBusy.add(stream);
         try {
           const seq = known + 1;
-          if (affected(await c.execute(this.sql.appendAt, [stream, seq, token.lease, token.term, payload, token.lease, token.term])) === 1) {
+          if (affected(await c.execute(this.sql.appendAt, [stream, seq, token.lease, token.term, payload, token.lease, token.term, stream, token.lease])) === 1) {
             this.noteHead(stream, seq);
             return seq;
           }
@@ -277,7 +279,7 @@ export class MysqlStore implements Store {
       const seq = await this.retrying(async () => {
         if (!fenceMoved) {
           // Usually one statement: the term is already the fence's (see appendFast in sql.ts).
-          const [fast] = await c.execute(this.sql.appendFast, [stream, stream, token.lease, token.term, payload, token.lease, token.term]);
+          const [fast] = await c.execute(this.sql.appendFast, [stream, stream, token.lease, token.term, payload, token.lease, token.term, stream, token.lease]);
           const written = fast as { affectedRows?: number; insertId?: number };
           if (written.affectedRows === 1) {
             const n = Number(written.insertId);
@@ -296,7 +298,9 @@ export class MysqlStore implements Store {
         }
         const highest = row.highest === null || row.highest === undefined ? 0 : Number(row.highest);
         const issued = row.issued === null || row.issued === undefined ? 0 : Number(row.issued);
-        if (decideFence(token.term, highest, issued) === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+        const verdict = decideFence(token.term, highest, issued);
+        if (verdict === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, highest), { stream });
+        if (verdict === 'ok' && row.owner !== null && row.owner !== undefined) throw foreignStreamError(stream, text(row.owner), token.lease);
         throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
       });
       this.noteHead(stream, seq);

@@ -26,6 +26,8 @@ import {
   checkToken,
   checkTtl,
   decodeMeta,
+  foreignStreamError,
+  reportStale,
   encodeMeta,
 } from '../../core/index.js';
 import type {
@@ -220,9 +222,11 @@ export class RedisStore implements Store {
     checkName('stream', stream);
     checkPayload('payload', payload);
     const reply = await this.send('appendFenced', appendScript, [this.key('fence', token.lease), this.key('term', token.lease), this.key('stream', stream)], [token.term, token.lease, payload]);
-    if (!Array.isArray(reply) || typeof reply[1] !== 'number') throw this.badReply('appendFenced', reply);
+    if (!Array.isArray(reply)) throw this.badReply('appendFenced', reply);
+    if (reply[0] === 'foreign') throw foreignStreamError(stream, String(reply[1]), token.lease);
+    if (typeof reply[1] !== 'number') throw this.badReply('appendFenced', reply);
     const [verdict, n] = reply as [string, number];
-    if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, n);
+    if (verdict === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, n), { stream });
     if (verdict === 'unissued') {
       throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${n})`);
     }

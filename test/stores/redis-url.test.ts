@@ -2,7 +2,7 @@
  * The database of a `redis://host:port/N` URL: a number, and one the server has. A server
  * without it refuses every call as bad input instead of the store writing to database 0.
  */
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../../src/core/index.js';
 import { openStore, parseStoreUrl } from '../../src/open.js';

@@ -83,3 +83,14 @@ describe('tenure append into a stream another lease owns', () => {
     expect(lines(log.stdout).map((l) => (JSON.parse(l) as { payload: string }).payload)).toEqual(['by h']);
   });
 });
+
+describe('tenure with a redis:// URL naming a database the server does not have', () => {
+  it('exits 2 with one line naming the database (nothing is written to database 0)', async () => {
+    const r = await tenure(sandbox(), ['status', '--store', 'redis://127.0.0.1:6379/99']);
+    expect(r.code).toBe(2);
+    expect(lines(r.stderr)).toEqual(['tenure status: store: redis store 127.0.0.1:6379: database 99 does not exist on this server (ERR DB index is out of range)']);
+    const junk = await tenure(sandbox(), ['status', '--store', 'redis://127.0.0.1:6379/abc']);
+    expect(junk.code).toBe(2);
+    expect(lines(junk.stderr)).toHaveLength(1);
+  });
+});

@@ -19,9 +19,10 @@ import { checkTablePrefix } from '../../core/index.js';
  *    first append of a term). The stream head table is no longer written. Migrating 2 -> 3
  *    replaces the procedure; the tables are unchanged (a v2 head always equals the stream's
  *    highest seq, so numbering goes on without a gap). A v2 client refuses a v3 schema.
- * 4: a stream belongs to one lease, the lease of its entry 1: the append statements and the
- *    procedure refuse a token of another lease (the procedure reports that lease as `owner`).
- *    Migrating 3 -> 4 replaces the procedure; the tables are unchanged.
+ * 4: a stream belongs to one lease, the lease of its entry 1: the procedure refuses a token of
+ *    another lease and reports entry 1's lease as `first` (a store remembers it, and takes the
+ *    one-statement paths only for a stream it knows is the token's lease's). Migrating 3 -> 4
+ *    replaces the procedure; the tables are unchanged.
  */
 export const SCHEMA_VERSION = 4;
 
@@ -69,8 +70,6 @@ export function buildSql(prefix: string): MysqlSql {
   const S = ident(`${prefix}streams`);
   const appendProc = ident(`${prefix}append`);
   const renewManyProc = ident(`${prefix}renew_many`);
-  // (stream, lease): the stream's entry 1, if any, was written under this lease.
-  const notForeign = `AND NOT EXISTS (SELECT 1 FROM ${S} AS o WHERE o.stream = ? AND o.seq = 1 AND o.lease <> ?)`;
   return {
     lockName: `tenure:${prefix}`,
     schemaTable,
@@ -91,10 +90,11 @@ export function buildSql(prefix: string): MysqlSql {
       // the fence. Then the entry is written at the stream's highest seq + 1 (read FOR UPDATE;
       // two writers that still collide on a seq get a duplicate key, and the loser is retried). Any error rolls the whole transaction back
       // and is passed on (a deadlock victim is retried by the caller). A stream whose entry 1 was
-      // written under another lease is refused before anything is written (a stream belongs to
-      // one lease; entry 1 never changes once written, and two first writers collide on its key).
-      // Reports one row: seq (NULL when refused), highest (the fence after the call), issued
-      // (read only when needed), owner (the lease of entry 1, when it is another lease).
+      // written under another lease is refused and the transaction rolled back, fence and all (a
+      // stream belongs to one lease; entry 1 never changes once written, and two first writers
+      // collide on its key). Reports one row: seq (NULL when refused), highest (the fence after
+      // the call), issued (read only when needed), first (the lease of entry 1, read only
+      // with a good token).
       `DROP PROCEDURE IF EXISTS ${appendProc}`,
       `CREATE PROCEDURE ${appendProc}(IN p_lease VARBINARY(800), IN p_term BIGINT, IN p_stream VARBINARY(800), IN p_payload LONGTEXT)
        MODIFIES SQL DATA
@@ -102,15 +102,11 @@ export function buildSql(prefix: string): MysqlSql {
          DECLARE v_high BIGINT DEFAULT NULL;
          DECLARE v_issued BIGINT DEFAULT NULL;
          DECLARE v_seq BIGINT DEFAULT NULL;
-         DECLARE v_owner VARBINARY(800) DEFAULT NULL;
+         DECLARE v_first VARBINARY(800) DEFAULT NULL;
          DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
          START TRANSACTION;
          SELECT MAX(max_term) INTO v_high FROM ${F} WHERE name = p_lease FOR UPDATE;
-         SELECT MAX(lease) INTO v_owner FROM ${S} WHERE stream = p_stream AND seq = 1 FOR UPDATE;
-         IF v_owner = p_lease THEN SET v_owner = NULL; END IF;
-         IF v_owner IS NOT NULL THEN
-           SELECT COALESCE(MAX(term), 0) INTO v_issued FROM ${L} WHERE name = p_lease;
-         ELSEIF v_high IS NULL OR v_high < p_term THEN
+         IF v_high IS NULL OR v_high < p_term THEN
            SELECT COALESCE(MAX(term), 0) INTO v_issued FROM ${L} WHERE name = p_lease;
            IF p_term <= v_issued THEN
              IF v_high IS NULL THEN INSERT INTO ${F} (name, max_term) VALUES (p_lease, p_term);
@@ -119,12 +115,20 @@ export function buildSql(prefix: string): MysqlSql {
              SET v_high = p_term;
            END IF;
          END IF;
-         IF v_owner IS NULL AND v_high = p_term THEN
+         IF v_high = p_term THEN
            SELECT COALESCE(MAX(seq), 0) + 1 INTO v_seq FROM ${S} WHERE stream = p_stream FOR UPDATE;
-           INSERT INTO ${S} (stream, seq, lease, term, payload) VALUES (p_stream, v_seq, p_lease, p_term, p_payload);
+           -- Entry 1 is among the rows (or in the gap) the read above locked: no new lock here.
+           SELECT MAX(lease) INTO v_first FROM ${S} WHERE stream = p_stream AND seq = 1 FOR UPDATE;
+           IF v_first IS NULL OR v_first = p_lease THEN
+             INSERT INTO ${S} (stream, seq, lease, term, payload) VALUES (p_stream, v_seq, p_lease, p_term, p_payload);
+             SET v_first = p_lease;
+           ELSE
+             SET v_seq = NULL;
+           END IF;
          END IF;
-         COMMIT;
-         SELECT v_seq AS seq, v_high AS highest, v_issued AS issued, v_owner AS owner;
+         -- A refused append leaves nothing behind, not even a raised fence.
+         IF v_first IS NOT NULL AND v_seq IS NULL THEN ROLLBACK; ELSE COMMIT; END IF;
+         SELECT v_seq AS seq, v_high AS highest, v_issued AS issued, v_first AS first;
        END`,
       // The whole batch in one round trip: one multi-row UPDATE renews every lease still held
       // by p_owner with its term and live; one SELECT then reports each lease of the batch in
@@ -162,23 +166,21 @@ export function buildSql(prefix: string): MysqlSql {
     // a term), one statement: the fence row is read with a shared lock only if it holds exactly
     // that term (a locking read sees the latest commit, and a raise, which locks the row FOR
     // UPDATE, waits for this statement's transaction), and the entry is written at the stream's
-    // highest seq + 1, which comes back as the insert id through LAST_INSERT_ID(expr), unless the
-    // stream's entry 1 was written under another lease. One row affected means written; none
-    // means "not the fast case": CALL the procedure.
-    // (stream, stream, lease, term, payload, lease, term, stream, lease)
+    // highest seq + 1, which comes back as the insert id through LAST_INSERT_ID(expr). One row
+    // affected means written; none means "not the fast case": CALL the procedure. Used only for a
+    // stream the store knows belongs to the token's lease (entry 1 never changes once written).
+    // (stream, stream, lease, term, payload, lease, term)
     appendFast: `
       INSERT INTO ${S} (stream, seq, lease, term, payload)
       SELECT ?, LAST_INSERT_ID(COALESCE((SELECT MAX(x.seq) FROM ${S} AS x WHERE x.stream = ?), 0) + 1), ?, ?, ?
-      FROM ${F} AS f WHERE f.name = ? AND f.max_term = ? ${notForeign}
-      LOCK IN SHARE MODE`,
+      FROM ${F} AS f WHERE f.name = ? AND f.max_term = ? LOCK IN SHARE MODE`,
     // The same at a position the caller already knows (the stream head this store last wrote or
     // saw + 1), so that the statement reads only the fence row: the stream's primary key refuses
     // the position if anyone wrote it meanwhile (ER_DUP_ENTRY), and the caller falls back to
-    // appendFast. (stream, seq, lease, term, payload, lease, term, stream, lease)
+    // appendFast. (stream, seq, lease, term, payload, lease, term)
     appendAt: `
       INSERT INTO ${S} (stream, seq, lease, term, payload)
-      SELECT ?, ?, ?, ?, ? FROM ${F} AS f WHERE f.name = ? AND f.max_term = ? ${notForeign}
-      LOCK IN SHARE MODE`,
+      SELECT ?, ?, ?, ?, ? FROM ${F} AS f WHERE f.name = ? AND f.max_term = ? LOCK IN SHARE MODE`,
     // (lease, term, stream, payload)
     append: `CALL ${appendProc}(?, ?, ?, ?)`,
     highest: `SELECT max_term FROM ${F} WHERE name = ?`,

@@ -65,6 +65,11 @@ function parseRedisUrl(url: string): StoreOptions {
     throw new InvalidArgumentError('store', `expected redis://host:port, got '${redactUrl(url)}'`);
   }
   if (parsed.hostname === '') throw new InvalidArgumentError('store', `redis needs a host, such as redis://127.0.0.1:6379, got '${redactUrl(url)}'`);
+  // The database is a number (whether the server has it is checked on connect: RedisStore).
+  const db = parsed.pathname.replace(/^\//, '');
+  if (db !== '' && !/^\d{1,9}$/.test(db)) {
+    throw new InvalidArgumentError('store', `redis database must be a number, such as redis://127.0.0.1:6379/0, got '/${db}'`);
+  }
   const keyPrefix = parsed.searchParams.get('prefix');
   parsed.searchParams.delete('prefix');
   return { kind: 'redis', url: parsed.toString(), ...(keyPrefix !== null ? { keyPrefix } : {}) };

@@ -7,3 +7,4 @@ export * from './token.js';
 export * from './timing.js';
 export * from './lease.js';
 export * from './redact.js';
+export * from './fence-events.js';

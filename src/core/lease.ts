@@ -3,6 +3,7 @@
  * step (memory, SQLite). Times here are the store's own clock, in ms; callers never pass a
  * client's clock (safety rule 1).
  */
+import { InvalidArgumentError } from './errors.js';
 import type { Lease, LeaseMeta } from './types.js';
 import { nextTerm } from './validate.js';
 
@@ -76,4 +77,13 @@ export function decideFence(term: number, highest: number, leaseTerm: number): '
   if (term < highest) return 'stale';
   if (term > leaseTerm) return 'unissued';
   return 'ok';
+}
+
+/**
+ * A stream belongs to the lease of its first entry: an append under another lease's token is
+ * refused with this (bad input, nothing written), never a StaleTermError (terms of different
+ * leases are not comparable).
+ */
+export function foreignStreamError(stream: string, owner: string, lease: string): InvalidArgumentError {
+  return new InvalidArgumentError('stream', `stream ${stream} belongs to lease ${owner}, not ${lease}`);
 }

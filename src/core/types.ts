@@ -82,7 +82,9 @@ export interface Store {
   /**
    * Append `payload` to `stream` iff `token.term` is >= the highest term accepted so far for
    * `token.lease`, in the same atomic step as the write. Rejects with StaleTermError (nothing
-   * written) otherwise. Returns the entry's sequence number.
+   * written) otherwise. A term the store never issued for the lease, and a stream whose first
+   * entry was written under another lease (a stream belongs to one lease), are rejected with
+   * InvalidArgumentError (nothing written). Returns the entry's sequence number.
    */
   appendFenced(token: FencingToken, stream: string, payload: string): Promise<number>;
   readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]>;

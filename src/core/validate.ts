@@ -18,21 +18,26 @@ export const limits = {
 
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+/** With the u flag a surrogate pair is one code point, so this matches only a lone surrogate. */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
 function checkText(field: string, value: unknown, max: number): string {
   if (typeof value !== 'string') throw new InvalidArgumentError(field, `expected a string, got ${typeof value}`);
   if (value.length === 0) throw new InvalidArgumentError(field, 'must not be empty');
   if (value.length > max) throw new InvalidArgumentError(field, `must be at most ${max} characters, got ${value.length}`);
   if (CONTROL.test(value)) throw new InvalidArgumentError(field, 'must not contain control characters');
+  // A lone surrogate has no UTF-8 form: PostgreSQL, MySQL and Redis would store it as U+FFFD, so
+  // 'g\uD800', 'g\uDBFF' and 'g\uFFFD' would name one lease there and three in memory.
+  if (LONE_SURROGATE.test(value)) throw new InvalidArgumentError(field, 'must be well-formed Unicode (a lone surrogate has no UTF-8 form)');
   return value;
 }
 
-/** A lease, group or stream name: 1..200 characters, no control characters. */
+/** A lease, group or stream name: 1..200 characters, well-formed UTF-16, no control characters. */
 export function checkName(field: string, value: unknown): string {
   return checkText(field, value, limits.nameMaxLength);
 }
 
-/** An owner or node id: 1..200 characters, no control characters. */
+/** An owner or node id: 1..200 characters, well-formed UTF-16, no control characters. */
 export function checkOwner(field: string, value: unknown): string {
   return checkText(field, value, limits.ownerMaxLength);
 }
@@ -116,13 +121,29 @@ export function encodeMeta(field: string, meta: LeaseMeta | undefined): string {
   return text;
 }
 
+/** How many characters of a stored meta that is not a JSON object `decodeMeta` keeps, flagged. */
+export const INVALID_META_CHARS = 64;
+
+/**
+ * Parse a stored meta. A stored text that is not a JSON object (written by another program, or
+ * damaged) does not fail the read or list that met it: the lease is reported with the meta
+ * `{ invalidMeta: <its first 64 characters> }`, so one bad row never hides the others.
+ */
 export function decodeMeta(text: string | null | undefined): LeaseMeta {
   if (!text || text === '{}') return {}; // the usual meta, without a parse
-  return JSON.parse(text) as LeaseMeta;
+  try {
+    const meta: unknown = JSON.parse(text);
+    if (typeof meta === 'object' && meta !== null && !Array.isArray(meta)) return meta as LeaseMeta;
+  } catch {
+    // not JSON: flagged below
+  }
+  return { invalidMeta: text.slice(0, INVALID_META_CHARS) };
 }
 
 export function checkPayload(field: string, value: unknown): string {
   if (typeof value !== 'string') throw new InvalidArgumentError(field, `expected a string, got ${typeof value}`);
+  // Stored as UTF-8 text by the SQL and Redis stores, which would turn a lone surrogate into U+FFFD.
+  if (LONE_SURROGATE.test(value)) throw new InvalidArgumentError(field, 'must be well-formed Unicode (a lone surrogate has no UTF-8 form)');
   if (Buffer.byteLength(value) > limits.payloadMaxBytes) {
     throw new InvalidArgumentError(field, `must be at most ${limits.payloadMaxBytes} bytes`);
   }

@@ -7,10 +7,11 @@
  *   tenure_renew_latency_seconds{group}     histogram of successful renew round trips
  *   tenure_renew_failures_total{group}      renewals that failed or got no answer
  *   tenure_leadership_changes_total{group}  elections and depositions of this node
- *   tenure_fenced_rejections_total{lease}   fenced writes refused as stale
+ *   tenure_fenced_rejections_total{lease}   fenced writes refused as stale, every one in this process:
+ *                                           appendFenced on any store, fencedUpdate on PostgreSQL/MySQL
  */
 import { createRequire } from 'node:module';
-import { DriverMissingError } from '../core/index.js';
+import { DriverMissingError, onFencedRejection } from '../core/index.js';
 import type { LeaderElector } from '../election/index.js';
 import type { TenureStore } from '../open.js';
 
@@ -59,14 +60,16 @@ function metric<T>(client: PromClient, registry: Registry, Ctor: MetricCtor<T>, 
 }
 
 /**
- * Publish an elector's state and a store's fenced rejections as Prometheus metrics.
- * Returns a function that stops updating them. Throws DriverMissingError without prom-client.
+ * Publish an elector's state and the process's fenced rejections as Prometheus metrics (every
+ * stale refusal is counted, whatever store or fencedUpdate refused it; `store` need not be given
+ * for that and is kept for compatibility). Returns a function that stops updating them. Throws
+ * DriverMissingError without prom-client.
  */
 export function collectMetrics(sources: { elector?: LeaderElector; store?: TenureStore }, options: MetricsOptions = {}): () => void {
   const client = loadPromClient();
   const registry = options.registry ?? client.register;
   const stops: (() => void)[] = [];
-  const { elector, store } = sources;
+  const { elector } = sources;
   if (elector) {
     const group = { group: elector.group };
     const isLeader = metric(client, registry, client.Gauge, 'tenure_is_leader', '1 while this node leads the group', ['group']).labels(group);
@@ -91,11 +94,30 @@ export function collectMetrics(sources: { elector?: LeaderElector; store?: Tenur
     elector.on('elected', onElected).on('deposed', onDeposed).on('renewed', onRenewed).on('renew-failed', onFailed);
     stops.push(() => elector.off('elected', onElected).off('deposed', onDeposed).off('renewed', onRenewed).off('renew-failed', onFailed));
   }
-  if (store) {
-    const rejections = metric(client, registry, client.Counter, 'tenure_fenced_rejections_total', 'Fenced writes refused as stale', ['lease']);
-    const onRejected = ({ error }: { error: { lease: string } }): void => rejections.labels({ lease: error.lease }).inc();
-    store.on('fenced-rejected', onRejected);
-    stops.push(() => store.off('fenced-rejected', onRejected));
-  }
+  // Every stale refusal in the process (each store's appendFenced and fencedUpdate report it where
+  // they refuse), counted once per registry however many times collectMetrics is called with it.
+  const rejections = metric(client, registry, client.Counter, 'tenure_fenced_rejections_total', 'Fenced writes refused as stale', ['lease']);
+  stops.push(countRejections(registry, rejections));
   return () => stops.forEach((stop) => stop());
+}
+
+const rejectionFeeds = new WeakMap<Registry, { users: number; stop: () => void }>();
+
+function countRejections(registry: Registry, counter: Labeled<CounterChild>): () => void {
+  let feed = rejectionFeeds.get(registry);
+  if (!feed) {
+    feed = { users: 0, stop: onFencedRejection(({ error }) => counter.labels({ lease: error.lease }).inc()) };
+    rejectionFeeds.set(registry, feed);
+  }
+  const mine = feed;
+  mine.users++;
+  let stopped = false;
+  return () => {
+    if (stopped) return;
+    stopped = true;
+    if (--mine.users === 0) {
+      mine.stop();
+      if (rejectionFeeds.get(registry) === mine) rejectionFeeds.delete(registry);
+    }
+  };
 }

@@ -222,15 +222,55 @@ export function storeContract(backend: Backend): void {
         expect(entries.filter((e) => e.term === 2)).toHaveLength(40);
       });
 
-      it('numbers concurrent appends to one stream under different leases 1..n, each seq once', async () => {
+      it('gives a stream to the lease of its first entry: another lease is refused as bad input, nothing written', async () => {
+        await store.acquire('g', 'a~1', 5000);
+        await store.acquire('h', 'b~1', 5000);
+        expect(await store.appendFenced({ lease: 'g', term: 1 }, 's1', 'by g')).toBe(1);
+        const err = await store.appendFenced({ lease: 'h', term: 1 }, 's1', 'by h').catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(InvalidArgumentError);
+        expect(err).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'stream' });
+        expect((err as Error).message).toBe('stream: stream s1 belongs to lease g, not h');
+        // Again, after the store has seen the stream's head (stores that remember heads take another path).
+        expect(await store.appendFenced({ lease: 'g', term: 1 }, 's1', 'by g again')).toBe(2);
+        await expect(store.appendFenced({ lease: 'h', term: 1 }, 's1', 'by h again')).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', field: 'stream' });
+        expect((await store.readStream('s1')).map((e) => [e.lease, e.payload])).toEqual([
+          ['g', 'by g'],
+          ['g', 'by g again'],
+        ]);
+        // h's refused appends raised no fence of h's: its term 1 still writes its own streams.
+        expect(await store.appendFenced({ lease: 'h', term: 1 }, 's2', 'by h')).toBe(1);
+        // A stale token is still told it is stale (exit 3), whatever the stream.
+        await store.acquire('g', 'a~1', 5000);
+        await store.release('g', 'a~1', 1);
+        await store.acquire('g', 'c~1', 5000);
+        await store.appendFenced({ lease: 'g', term: 2 }, 's1', 'by g, term 2');
+        await expect(store.appendFenced({ lease: 'g', term: 1 }, 's1', 'late')).rejects.toBeInstanceOf(StaleTermError);
+      });
+
+      it('lets exactly one of three leases own a new stream that all append to at once, numbered 1..n', async () => {
         const tokens: FencingToken[] = [];
         for (const lease of ['p', 'q', 'r']) tokens.push({ lease, term: (await store.acquire(lease, `${lease}~1`, 5000)).lease.term });
-        const seqs = await Promise.all(Array.from({ length: 30 }, (_, i) => store.appendFenced(tokens[i % 3]!, 'shared', `e${i}`)));
-        expect([...seqs].sort((a, b) => a - b)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+        const outcomes = await Promise.all(
+          Array.from({ length: 30 }, (_, i) =>
+            store.appendFenced(tokens[i % 3]!, 'shared', `e${i}`).then(
+              (seq) => ({ i, seq }),
+              (e: unknown) => ({ i, error: e }),
+            ),
+          ),
+        );
+        const written = outcomes.filter((o): o is { i: number; seq: number } => 'seq' in o);
+        const refused = outcomes.filter((o): o is { i: number; error: unknown } => 'error' in o);
+        for (const r of refused) expect(r.error).toMatchObject({ code: 'INVALID_ARGUMENT', field: 'stream' });
         const entries = await store.readStream('shared');
-        expect(entries.map((e) => e.seq)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
-        // Each call's seq names the entry it wrote.
-        for (const [i, seq] of seqs.entries()) expect(entries[seq - 1]!.payload).toBe(`e${i}`);
+        expect(entries.length).toBe(written.length);
+        expect(written.length).toBeGreaterThan(0);
+        const owner = entries[0]!.lease;
+        expect(new Set(entries.map((e) => e.lease))).toEqual(new Set([owner]));
+        expect(entries.map((e) => e.seq)).toEqual(Array.from({ length: entries.length }, (_, i) => i + 1));
+        // Each call's seq names the entry it wrote; every call of the owner's lease was written.
+        for (const { i, seq } of written) expect(entries[seq - 1]!.payload).toBe(`e${i}`);
+        expect(written.length).toBe(10);
+        for (const r of refused) expect(tokens[r.i % 3]!.lease).not.toBe(owner);
       });
 
       it('reads after a sequence number, with a limit', async () => {
@@ -248,6 +288,9 @@ export function storeContract(backend: Backend): void {
         ['201 characters', 'x'.repeat(201)],
         ['a newline', 'a\nb'],
         ['a NUL', 'a\u0000b'],
+        ['a lone high surrogate', 'g\uD800'],
+        ['a lone low surrogate', 'g\uDC00'],
+        ['a reversed surrogate pair', 'g\uDC00\uD800'],
         ['not a string', 42],
       ];
       for (const [what, name] of badNames) {
@@ -259,6 +302,24 @@ export function storeContract(backend: Backend): void {
           await expect(store.appendFenced({ lease: 'g', term: 1 }, name as string, 'x')).rejects.toBeInstanceOf(InvalidArgumentError);
         });
       }
+
+      it('keeps names that differ only in ill-formed UTF-16 apart by refusing them (one lease everywhere, never three)', async () => {
+        expect((await store.acquire('g\uFFFD', 'a~1', 5000)).acquired).toBe(true);
+        for (const name of ['g\uD800', 'g\uDBFF']) {
+          const err = await store.acquire(name, 'b~1', 5000).catch((e: unknown) => e);
+          expect(err).toBeInstanceOf(InvalidArgumentError);
+          expect((err as Error).message).toMatch(/^name: must be well-formed Unicode/);
+          await expect(store.appendFenced({ lease: name, term: 1 }, 's', 'x')).rejects.toBeInstanceOf(InvalidArgumentError);
+          await expect(store.readStream(name)).rejects.toBeInstanceOf(InvalidArgumentError);
+        }
+        await expect(store.acquire('g', 'a\uD83D~1', 5000)).rejects.toBeInstanceOf(InvalidArgumentError);
+        await expect(store.appendFenced({ lease: 'g\uFFFD', term: 1 }, 's', 'bad \uDE00 payload')).rejects.toBeInstanceOf(InvalidArgumentError);
+        // Well-formed astral characters (a surrogate pair) are fine, and distinct from U+FFFD.
+        expect(await store.acquire('g\u{1F600}', 'b~1', 5000)).toMatchObject({ acquired: true, lease: { name: 'g\u{1F600}', term: 1 } });
+        expect(await store.appendFenced({ lease: 'g\u{1F600}', term: 1 }, 's\u{1F600}', 'p\u{1F600}')).toBe(1);
+        expect((await store.list('g')).map((l) => l.name).sort()).toEqual(['g\u{1F600}', 'g\uFFFD'].sort());
+        expect(await store.readStream('s')).toEqual([]);
+      });
 
       it('accepts a name of exactly 200 characters', async () => {
         expect((await store.acquire('n'.repeat(200), 'a~1', 1000)).acquired).toBe(true);

@@ -1,6 +1,11 @@
+import mysql from 'mysql2/promise';
+import pg from 'pg';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { LeaderElector, StaleTermError, collectMetrics, openStore } from '../../src/index.js';
+import { MysqlStore, fencedUpdate as myFencedUpdate } from '../../src/stores/mysql/index.js';
+import { PostgresStore, fencedUpdate as pgFencedUpdate } from '../../src/stores/postgres/index.js';
+import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
 
 describe('metrics through prom-client', () => {
   it('publishes is_leader, term, renew latency, leadership changes and fenced rejections', async () => {
@@ -28,5 +33,62 @@ describe('metrics through prom-client', () => {
     expect(after).toMatch(/tenure_fenced_rejections_total\{lease="billing"\} 1/);
     stop();
     await store.close();
+  });
+});
+
+describe('tenure_fenced_rejections_total counts every stale refusal', () => {
+  it('counts fencedUpdate refusals on PostgreSQL and MySQL, appendFenced on a bare store, once per registry', async () => {
+    const registry = new Registry();
+    const stopA = collectMetrics({}, { registry });
+    const stopB = collectMetrics({}, { registry }); // a second caller on one registry must not count twice
+    const count = async (lease: string): Promise<number> => {
+      const m = new RegExp(`tenure_fenced_rejections_total\\{lease="${lease}"\\} (\\d+)`).exec(await registry.metrics());
+      return m ? Number(m[1]) : 0;
+    };
+    // fencedUpdate on PostgreSQL: a row written by term 2 refuses term 1.
+    const pgDb = await createPostgresDatabase();
+    const pgPool = new pg.Pool({ connectionString: pgDb.url });
+    const pgStore = new PostgresStore({ pool: pgPool });
+    const mysqlDb = await createMysqlDatabase();
+    const myPool = mysql.createPool({ uri: mysqlDb.url });
+    const myStore = new MysqlStore({ pool: myPool });
+    try {
+      for (const store of [pgStore, myStore]) {
+        for (const owner of ['a~1', 'b~1']) {
+          const { lease } = await store.acquire('rows', owner, 60_000);
+          await store.release('rows', owner, lease.term);
+        }
+      }
+      await pgPool.query('CREATE TABLE t (id int PRIMARY KEY, v text, last_fence_token bigint, last_fence_lease text)');
+      await pgPool.query("INSERT INTO t (id, v) VALUES (1, 'x')");
+      await pgFencedUpdate(pgPool, { lease: 'rows', term: 2 }, { table: 't', set: { v: 'new' }, where: { id: 1 } });
+      await expect(pgFencedUpdate(pgPool, { lease: 'rows', term: 1 }, { table: 't', set: { v: 'old' }, where: { id: 1 } })).rejects.toBeInstanceOf(StaleTermError);
+      expect(await count('rows')).toBe(1);
+      await myPool.query('CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(9), last_fence_token BIGINT NULL, last_fence_lease VARBINARY(800) NULL)');
+      await myPool.query("INSERT INTO t (id, v) VALUES (1, 'x')");
+      await myFencedUpdate(myPool, { lease: 'rows', term: 2 }, { table: 't', set: { v: 'new' }, where: { id: 1 } });
+      await expect(myFencedUpdate(myPool, { lease: 'rows', term: 1 }, { table: 't', set: { v: 'old' }, where: { id: 1 } })).rejects.toBeInstanceOf(StaleTermError);
+      expect(await count('rows')).toBe(2);
+      // appendFenced on a store used bare (not through openStore's wrapper).
+      await pgStore.appendFenced({ lease: 'rows', term: 2 }, 's', 'x');
+      await expect(pgStore.appendFenced({ lease: 'rows', term: 1 }, 's', 'y')).rejects.toBeInstanceOf(StaleTermError);
+      expect(await count('rows')).toBe(3);
+      // Not counted: bad input is not a stale refusal.
+      await expect(pgFencedUpdate(pgPool, { lease: 'rows', term: 9 }, { table: 't', set: { v: 'forged' }, where: { id: 1 } })).rejects.toThrow(/never issued/);
+      expect(await count('rows')).toBe(3);
+      stopA();
+      await expect(pgStore.appendFenced({ lease: 'rows', term: 1 }, 's', 'y')).rejects.toBeInstanceOf(StaleTermError);
+      expect(await count('rows')).toBe(4); // B still collects
+      stopB();
+      await expect(pgStore.appendFenced({ lease: 'rows', term: 1 }, 's', 'y')).rejects.toBeInstanceOf(StaleTermError);
+      expect(await count('rows')).toBe(4);
+    } finally {
+      await pgStore.close();
+      await myStore.close();
+      await pgPool.end();
+      await myPool.end();
+      await pgDb.drop();
+      await mysqlDb.drop();
+    }
   });
 });

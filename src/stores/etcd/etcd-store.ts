@@ -43,6 +43,8 @@ import {
   decodeMeta,
   decodeTerm,
   nextTerm,
+  foreignStreamError,
+  reportStale,
   encodeMeta,
 } from '../../core/index.js';
 import type {
@@ -967,17 +969,23 @@ export class EtcdStore implements Store {
         { request_range: { key: layout.term(token.lease) } },
         { request_range: { key: fenceKey } },
         { request_range: { key: entries, range_end: prefixEnd(entries), sort_target: 'Key', sort_order: 'Descend', limit: 1, keys_only: true } },
+        { request_range: { key: layout.entry(stream, 1) } },
       ]);
       const termKv = rangeKvs(read.responses[0])[0];
       const fenceKv = rangeKvs(read.responses[1])[0];
       const lastKv = rangeKvs(read.responses[2])[0];
+      const firstKv = rangeKvs(read.responses[3])[0];
       const leaseTerm = termKv ? Number(termKv.value.toString()) : 0;
       const highest = fenceKv ? Number(fenceKv.value.toString()) : 0;
       const verdict = decideFence(token.term, highest, leaseTerm);
-      if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+      if (verdict === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, highest), { stream });
       if (verdict === 'unissued') {
         throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${leaseTerm})`);
       }
+      // A stream belongs to the lease of its first entry. Entries are never rewritten, and entry 1
+      // is created only if absent (the Create compare below), so this read cannot go out of date.
+      const owner = firstKv ? (JSON.parse(firstKv.value.toString()) as { lease?: unknown }).lease : undefined;
+      if (typeof owner === 'string' && owner !== token.lease) throw foreignStreamError(stream, owner, token.lease);
       const seq = lastKv ? layout.seqOf(lastKv.key) + 1 : 1;
       const entryKey = layout.entry(stream, seq);
       const ops: IRequestOp[] = [];

@@ -19,7 +19,9 @@ import {
   decideRenew,
   decodeMeta,
   encodeMeta,
+  foreignStreamError,
   isLive,
+  reportStale,
   systemClock,
   toLease,
 } from '../../core/index.js';
@@ -146,12 +148,14 @@ export class MemoryStore implements Store {
       const highest = this.fences.get(token.lease) ?? 0;
       const leaseTerm = this.leases.get(token.lease)?.term ?? 0;
       const verdict = decideFence(token.term, highest, leaseTerm);
-      if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+      if (verdict === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, highest), { stream });
       if (verdict === 'unissued') {
         throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${leaseTerm})`);
       }
-      this.fences.set(token.lease, token.term);
       let entries = this.streams.get(stream);
+      const owner = entries?.[0]?.lease;
+      if (owner !== undefined && owner !== token.lease) throw foreignStreamError(stream, owner, token.lease);
+      this.fences.set(token.lease, token.term);
       if (!entries) this.streams.set(stream, (entries = []));
       const seq = entries.length + 1;
       entries.push({ stream, seq, lease: token.lease, term: token.term, payload });

@@ -1,29 +1,47 @@
 /**
  * Fencing for the user's own tables: the `last_fence_token` pattern. Each guarded row keeps the
- * highest term that has written it; an update applies only if that term is <= the token's, and
- * records the token's term, in the SAME statement (safety rule 5). A stale writer's update
- * matches no row, and is reported as StaleTermError.
+ * highest term that has written it and the lease that term belongs to; an update applies only if
+ * the row is the token's lease's (or not bound yet), its term is <= the token's, and the term was
+ * issued by the lease store (when its table is in the same database), and records the token's
+ * lease and term, in the SAME statement (safety rule 5). A refused update matches no row, and is
+ * reported as StaleTermError (a newer term wrote the row) or InvalidArgumentError (another
+ * lease's row, or a term never issued).
  *
  * The row count relies on mysql2's default FOUND_ROWS flag (matched rows, not changed rows).
  */
-import { InvalidArgumentError, StaleTermError, checkSqlIdentifier, checkToken } from '../../core/index.js';
+import { InvalidArgumentError, checkSqlIdentifier, checkToken } from '../../core/index.js';
 import type { FencingToken } from '../../core/index.js';
+import { checkRowValues, checkSetColumns, rowRefusal, termOf } from '../fenced-rows.js';
+import type { RowFence } from '../fenced-rows.js';
 import type { MysqlExecutor, MysqlValue } from './driver.js';
 import { ident } from './sql.js';
 
 export interface FencedUpdate {
   /** The table, `accounts` or `billing.accounts` (identifiers only, never user data). */
   readonly table: string;
-  /** Columns to set and their values (values are bind parameters). */
+  /** Columns to set and their values (bind parameters: string, finite number, bigint, boolean, Date, Buffer or null). */
   readonly set: Readonly<Record<string, MysqlValue>>;
   /** Equality conditions naming the row(s), ANDed (at least one). */
   readonly where: Readonly<Record<string, MysqlValue>>;
   /** The BIGINT column holding the last term that wrote the row (default `last_fence_token`). */
   readonly tokenColumn?: string;
+  /**
+   * The column binding the row to the lease whose terms fence it (default `last_fence_lease`,
+   * best `VARBINARY(800) NULL`; compared byte for byte). A row bound to one lease refuses every
+   * other lease's token. `null`: rows are not bound (then use one lease's terms per table).
+   */
+  readonly leaseColumn?: string | null;
+  /**
+   * tenure's lease table in this database (default `tenure_leases`, the store's with the default
+   * table prefix), read in the same statement to check that the token's term was issued, so a
+   * forged term cannot poison a row. `null` when the leases live in another database or store:
+   * then an unissued term is not detected.
+   */
+  readonly leaseTable?: string | null;
 }
 
 export interface FencedUpdateResult {
-  /** Rows matched and updated; 0 when no row matched `where` (a stale token throws instead). */
+  /** Rows matched and updated; 0 when no row matched `where` (a refused token throws instead). */
   readonly updated: number;
 }
 
@@ -31,40 +49,98 @@ function checkIdent(field: string, value: string): string {
   return checkSqlIdentifier(field, value, 64);
 }
 
-function tableName(table: string): string {
+function tableName(field: string, table: string): string {
   const parts = typeof table === 'string' ? table.split('.') : [];
-  if (parts.length < 1 || parts.length > 2) throw new InvalidArgumentError('table', `expected TABLE or DATABASE.TABLE, got ${JSON.stringify(table)}`);
-  return parts.map((p) => ident(checkIdent('table', p))).join('.');
+  if (parts.length < 1 || parts.length > 2) throw new InvalidArgumentError(field, `expected TABLE or DATABASE.TABLE, got ${JSON.stringify(table)}`);
+  return parts.map((p) => ident(checkIdent(field, p))).join('.');
 }
 
 /**
- * `UPDATE table SET …, last_fence_token = term WHERE … AND (last_fence_token IS NULL OR
- * last_fence_token <= term)` as one statement on `db` (a mysql2/promise Pool or Connection, also
- * inside the caller's own transaction). Rejects with StaleTermError when the row has seen a newer term.
+ * `UPDATE table SET …, last_fence_lease = lease, last_fence_token = term WHERE … AND
+ * (last_fence_token IS NULL OR last_fence_token <= term) AND (last_fence_lease IS NULL OR
+ * last_fence_lease = lease) AND term <= (the lease's latest term in tenure_leases)` as one
+ * statement on `db` (a mysql2/promise Pool or Connection, also inside the caller's own transaction).
  */
 export async function fencedUpdate(db: MysqlExecutor, token: FencingToken, update: FencedUpdate): Promise<FencedUpdateResult> {
   checkToken('token', token);
-  const table = tableName(update.table);
+  if (typeof update !== 'object' || update === null) throw new InvalidArgumentError('update', 'expected { table, set, where }');
+  const table = tableName('table', update.table);
   const tokenColumn = ident(checkIdent('tokenColumn', update.tokenColumn ?? 'last_fence_token'));
-  const setEntries = Object.entries(update.set ?? {});
-  const whereEntries = Object.entries(update.where ?? {});
+  const leaseColumnName = update.leaseColumn === undefined ? 'last_fence_lease' : update.leaseColumn;
+  const leaseColumn = leaseColumnName === null ? null : ident(checkIdent('leaseColumn', leaseColumnName));
+  const leaseTableName = update.leaseTable === undefined ? 'tenure_leases' : update.leaseTable;
+  const leaseTable = leaseTableName === null ? null : tableName('leaseTable', leaseTableName);
+  const setEntries: [string, MysqlValue][] = checkRowValues('set', update.set ?? {}, false);
+  const whereEntries: [string, MysqlValue][] = checkRowValues('where', update.where, false);
+  checkSetColumns(setEntries, [update.tokenColumn ?? 'last_fence_token', leaseColumnName]);
   if (whereEntries.length === 0) throw new InvalidArgumentError('where', 'expected at least one column = value condition');
-  // MySQL evaluates SET left to right, so the token column is assigned last, and the WHERE
-  // (evaluated before any assignment) sees the row's previous token.
+  // MySQL evaluates SET left to right, so the token and lease columns are assigned last, and the
+  // WHERE (evaluated before any assignment) sees the row's previous values.
   const sets = setEntries.map(([col]) => `${ident(checkIdent('set', col))} = ?`);
+  const setValues: MysqlValue[] = setEntries.map(([, v]) => v);
   sets.push(`${tokenColumn} = ?`);
+  setValues.push(token.term);
+  if (leaseColumn) {
+    sets.push(`${leaseColumn} = ?`);
+    setValues.push(token.lease);
+  }
   const where = whereEntries.map(([col]) => `${ident(checkIdent('where', col))} = ?`).join(' AND ');
   const whereValues = whereEntries.map(([, v]) => v);
-  const [result] = await db.execute(
-    `UPDATE ${table} SET ${sets.join(', ')} WHERE ${where} AND (${tokenColumn} IS NULL OR ${tokenColumn} <= ?)`,
-    [...setEntries.map(([, v]) => v), token.term, ...whereValues, token.term],
-  );
+  const conds = [where, `(${tokenColumn} IS NULL OR ${tokenColumn} <= ?)`];
+  const condValues: MysqlValue[] = [...whereValues, token.term];
+  if (leaseColumn) {
+    // Byte for byte, whatever the column's collation: 'Billing' is not 'billing'.
+    conds.push(`(${leaseColumn} IS NULL OR CAST(${leaseColumn} AS BINARY) = CAST(? AS BINARY))`);
+    condValues.push(token.lease);
+  }
+  if (leaseTable) {
+    conds.push(`? <= (SELECT l.term FROM ${leaseTable} AS l WHERE l.name = ?)`);
+    condValues.push(token.term, token.lease);
+  }
+  const [result] = await run(() => db.execute(`UPDATE ${table} SET ${sets.join(', ')} WHERE ${conds.join(' AND ')}`, [...setValues, ...condValues]), leaseColumnName, leaseTableName);
   const updated = Number((result as { affectedRows?: unknown }).affectedRows ?? 0);
   if (updated > 0) return { updated };
-  // Nothing matched: either no such row, or a newer term has written it. Only the report reads
-  // again; the decision was made in the UPDATE itself.
-  const [rows] = await db.execute(`SELECT MAX(${tokenColumn}) AS last FROM ${table} WHERE ${where}`, whereValues);
-  const last = (rows as Record<string, unknown>[])[0]?.last;
-  if (last !== null && last !== undefined && Number(last) > token.term) throw new StaleTermError(token.lease, token.term, Number(last));
+  // Nothing matched: no such row, or the update was refused. Only the report reads again; the
+  // decision was made in the UPDATE itself.
+  const [seen] = await db.execute(
+    `SELECT ${leaseColumn ? `CAST(${leaseColumn} AS BINARY)` : 'NULL'} AS lease, MAX(${tokenColumn}) AS last FROM ${table} WHERE ${where} GROUP BY 1`,
+    whereValues,
+  );
+  const rows: RowFence[] = (seen as Record<string, unknown>[]).map((row) => ({ lease: leaseText(row.lease), last: termOf(row.last) }));
+  let issued: number | null | undefined;
+  if (leaseTable && rows.length > 0) {
+    const [l] = await db.execute(`SELECT term FROM ${leaseTable} WHERE name = ?`, [token.lease]);
+    issued = termOf((l as Record<string, unknown>[])[0]?.term);
+  }
+  const refusal = rowRefusal(token, update.table, rows, issued);
+  if (refusal) throw refusal;
   return { updated: 0 };
+}
+
+function leaseText(value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  return Buffer.isBuffer(value) ? value.toString('utf8') : String(value);
+}
+
+/** A missing lease column or lease table is the caller's setup, told as such. */
+async function run<T>(fn: () => Promise<T>, leaseColumn: string | null, leaseTable: string | null): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    const e = err as { errno?: unknown; message?: unknown };
+    const message = typeof e.message === 'string' ? e.message : '';
+    if (e.errno === 1054 /* ER_BAD_FIELD_ERROR */ && leaseColumn !== null && message.includes(`'${leaseColumn}'`)) {
+      throw new InvalidArgumentError(
+        'leaseColumn',
+        `the table has no column ${leaseColumn}: add it (ALTER TABLE … ADD COLUMN ${leaseColumn} VARBINARY(800) NULL), or pass leaseColumn: null to leave rows unbound`,
+      );
+    }
+    if (e.errno === 1146 /* ER_NO_SUCH_TABLE */ && leaseTable !== null && message.includes(`${leaseTable.split('.').pop()}'`)) {
+      throw new InvalidArgumentError(
+        'leaseTable',
+        `no lease table ${leaseTable} in this database: name the store's (its table prefix + leases), or pass leaseTable: null when the leases live elsewhere (an unissued term is then not detected)`,
+      );
+    }
+    throw err;
+  }
 }

@@ -36,6 +36,8 @@ import {
   decideFence,
   decodeMeta,
   decodeTerm,
+  foreignStreamError,
+  reportStale,
   encodeMeta,
   isLive,
   toLease,
@@ -107,6 +109,8 @@ export class MysqlStore implements Store {
   private polling = false;
   /** Per stream, the head this store last wrote or saw (see noteHead), least recently used first. */
   private readonly heads = new Map<string, number>();
+  /** The lease each of the streams this store used last belongs to (the lease of entry 1, which never changes), up to HEADS_KEPT. */
+  private readonly owners = new Map<string, string>();
   /** Streams with an append at a remembered head in flight. */
   private readonly headBusy = new Set<string>();
 
@@ -254,8 +258,11 @@ export class MysqlStore implements Store {
     checkName('stream', stream);
     checkPayload('payload', payload);
     return this.run('appendFenced', async (c) => {
-      let fenceMoved = false;
-      const known = this.heads.get(stream);
+      // The one-statement paths do not look at the stream's owner: they are taken only for a
+      // stream known to belong to the token's lease (entry 1 never changes once written). A
+      // stream not known yet, or another lease's, goes to the procedure, which checks under lock.
+      let fenceMoved = this.owners.get(stream) !== token.lease;
+      const known = fenceMoved ? undefined : this.heads.get(stream);
       if (known !== undefined && !this.headBusy.has(stream)) {
         // The stream head this store last wrote or saw: the entry goes at head + 1, and the
         // statement reads only the fence row (see appendAt in sql.ts). One call per stream at a
@@ -290,6 +297,8 @@ export class MysqlStore implements Store {
         // raises the term, and writes the entry in one transaction (see sql.ts).
         const row = (await callRows(c, this.sql.append, [token.lease, token.term, stream, payload]))[0];
         if (!row) throw new Error(`the append procedure reported nothing for stream ${stream}`);
+        const first = row.first === null || row.first === undefined ? null : text(row.first);
+        if (first !== null) this.noteOwner(stream, first);
         if (row.seq !== null && row.seq !== undefined) {
           const n = Number(row.seq);
           if (!Number.isSafeInteger(n) || n < 1) throw new Error(`stream head for ${stream} returned no sequence number`);
@@ -297,7 +306,9 @@ export class MysqlStore implements Store {
         }
         const highest = row.highest === null || row.highest === undefined ? 0 : Number(row.highest);
         const issued = row.issued === null || row.issued === undefined ? 0 : Number(row.issued);
-        if (decideFence(token.term, highest, issued) === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+        // The procedure looks at the stream only with a good token (see sql.ts).
+        if (first !== null && first !== token.lease) throw foreignStreamError(stream, first, token.lease);
+        if (decideFence(token.term, highest, issued) === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, highest), { stream });
         throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
       });
       this.noteHead(stream, seq);
@@ -316,6 +327,13 @@ export class MysqlStore implements Store {
     this.heads.delete(stream);
     this.heads.set(stream, known === undefined || seq > known ? seq : known);
     if (this.heads.size > HEADS_KEPT) this.heads.delete(this.heads.keys().next().value!);
+  }
+
+  /** Remember the lease `stream` belongs to (most recently used kept, up to HEADS_KEPT). */
+  private noteOwner(stream: string, lease: string): void {
+    this.owners.delete(stream);
+    this.owners.set(stream, lease);
+    if (this.owners.size > HEADS_KEPT) this.owners.delete(this.owners.keys().next().value!);
   }
 
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {

@@ -19,8 +19,12 @@ import { checkTablePrefix } from '../../core/index.js';
  *    first append of a term). The stream head table is no longer written. Migrating 2 -> 3
  *    replaces the procedure; the tables are unchanged (a v2 head always equals the stream's
  *    highest seq, so numbering goes on without a gap). A v2 client refuses a v3 schema.
+ * 4: a stream belongs to one lease, the lease of its entry 1: the procedure refuses a token of
+ *    another lease and reports entry 1's lease as `first` (a store remembers it, and takes the
+ *    one-statement paths only for a stream it knows is the token's lease's). Migrating 3 -> 4
+ *    replaces the procedure; the tables are unchanged.
  */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
 export const checkPrefix = checkTablePrefix;
@@ -85,8 +89,12 @@ export function buildSql(prefix: string): MysqlSql {
       // was issued when it was first accepted); a higher one must have been issued, and raises
       // the fence. Then the entry is written at the stream's highest seq + 1 (read FOR UPDATE;
       // two writers that still collide on a seq get a duplicate key, and the loser is retried). Any error rolls the whole transaction back
-      // and is passed on (a deadlock victim is retried by the caller). Reports one row: seq (NULL
-      // when refused), highest (the fence after the call), issued (read only when needed).
+      // and is passed on (a deadlock victim is retried by the caller). A stream whose entry 1 was
+      // written under another lease is refused and the transaction rolled back, fence and all (a
+      // stream belongs to one lease; entry 1 never changes once written, and two first writers
+      // collide on its key). Reports one row: seq (NULL when refused), highest (the fence after
+      // the call), issued (read only when needed), first (the lease of entry 1, read only
+      // with a good token).
       `DROP PROCEDURE IF EXISTS ${appendProc}`,
       `CREATE PROCEDURE ${appendProc}(IN p_lease VARBINARY(800), IN p_term BIGINT, IN p_stream VARBINARY(800), IN p_payload LONGTEXT)
        MODIFIES SQL DATA
@@ -94,6 +102,7 @@ export function buildSql(prefix: string): MysqlSql {
          DECLARE v_high BIGINT DEFAULT NULL;
          DECLARE v_issued BIGINT DEFAULT NULL;
          DECLARE v_seq BIGINT DEFAULT NULL;
+         DECLARE v_first VARBINARY(800) DEFAULT NULL;
          DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
          START TRANSACTION;
          SELECT MAX(max_term) INTO v_high FROM ${F} WHERE name = p_lease FOR UPDATE;
@@ -108,10 +117,18 @@ export function buildSql(prefix: string): MysqlSql {
          END IF;
          IF v_high = p_term THEN
            SELECT COALESCE(MAX(seq), 0) + 1 INTO v_seq FROM ${S} WHERE stream = p_stream FOR UPDATE;
-           INSERT INTO ${S} (stream, seq, lease, term, payload) VALUES (p_stream, v_seq, p_lease, p_term, p_payload);
+           -- Entry 1 is among the rows (or in the gap) the read above locked: no new lock here.
+           SELECT MAX(lease) INTO v_first FROM ${S} WHERE stream = p_stream AND seq = 1 FOR UPDATE;
+           IF v_first IS NULL OR v_first = p_lease THEN
+             INSERT INTO ${S} (stream, seq, lease, term, payload) VALUES (p_stream, v_seq, p_lease, p_term, p_payload);
+             SET v_first = p_lease;
+           ELSE
+             SET v_seq = NULL;
+           END IF;
          END IF;
-         COMMIT;
-         SELECT v_seq AS seq, v_high AS highest, v_issued AS issued;
+         -- A refused append leaves nothing behind, not even a raised fence.
+         IF v_first IS NOT NULL AND v_seq IS NULL THEN ROLLBACK; ELSE COMMIT; END IF;
+         SELECT v_seq AS seq, v_high AS highest, v_issued AS issued, v_first AS first;
        END`,
       // The whole batch in one round trip: one multi-row UPDATE renews every lease still held
       // by p_owner with its term and live; one SELECT then reports each lease of the batch in
@@ -150,7 +167,8 @@ export function buildSql(prefix: string): MysqlSql {
     // that term (a locking read sees the latest commit, and a raise, which locks the row FOR
     // UPDATE, waits for this statement's transaction), and the entry is written at the stream's
     // highest seq + 1, which comes back as the insert id through LAST_INSERT_ID(expr). One row
-    // affected means written; none means "not the fast case": CALL the procedure.
+    // affected means written; none means "not the fast case": CALL the procedure. Used only for a
+    // stream the store knows belongs to the token's lease (entry 1 never changes once written).
     // (stream, stream, lease, term, payload, lease, term)
     appendFast: `
       INSERT INTO ${S} (stream, seq, lease, term, payload)

@@ -36,6 +36,8 @@ import {
   checkTtl,
   decodeMeta,
   decodeTerm,
+  foreignStreamError,
+  reportStale,
   encodeMeta,
 } from '../../core/index.js';
 import type {
@@ -97,7 +99,7 @@ const CLAIM_SLACK_MS = 50;
 /** Tickets remembered per reservation (a release may read a refresh older than the last). */
 const TICKETS_KEPT = 4;
 
-const STATEMENTS = ['acquire', 'renew', 'renewMany', 'release', 'leave', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'readStream'] as const;
+const STATEMENTS = ['acquire', 'renew', 'renewMany', 'release', 'leave', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'streamLease', 'readStream'] as const;
 type StatementKey = (typeof STATEMENTS)[number];
 
 /** A reservation this store keeps for a waiting candidate: what it asked for, and when each refresh was sent. */
@@ -305,6 +307,9 @@ export class PostgresStore implements Store {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
+    // PostgreSQL text cannot hold U+0000: the server would refuse it, and a driver error reads as
+    // "outcome unknown". It is bad input, refused before anything is sent.
+    if (payload.includes('\u0000')) throw new InvalidArgumentError('payload', 'must not contain NUL (U+0000): PostgreSQL text cannot hold it');
     const values = [token.lease, token.term, stream, payload];
     // Usually one statement (the term is already the fence's); the first append of a new term, and
     // a refusal, take a second one that raises the fence or says why not.
@@ -319,11 +324,15 @@ export class PostgresStore implements Store {
     }
     let highest = Number(row.highest ?? 0);
     if (highest <= token.term) {
-      // The statement's snapshot predates the commit that raised the fence; read it again.
+      // Not stale by the statement's snapshot: the stream may belong to another lease, or the
+      // snapshot predates the commit that raised the fence. Read both again (committed now).
+      const owner = await this.run('appendFenced', (c) => this.query(c, 'streamLease', [stream]));
+      const lease = owner.rows[0]?.lease;
+      if (typeof lease === 'string' && lease !== token.lease) throw foreignStreamError(stream, lease, token.lease);
       const again = await this.run('appendFenced', (c) => this.query(c, 'highest', [token.lease]));
       highest = Math.max(highest, Number(again.rows[0]?.max_term ?? 0));
     }
-    throw new StaleTermError(token.lease, token.term, Math.max(highest, token.term + 1));
+    throw reportStale(new StaleTermError(token.lease, token.term, Math.max(highest, token.term + 1)), { stream });
   }
 
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {

@@ -14,8 +14,12 @@ import { checkTablePrefix } from '../../core/index.js';
  *    there, refreshed by its own acquires), a ticket sequence, a `handed` column on leases (the
  *    ticket of the reservation a release handed the lease to) and `h` in the NOTIFY payload.
  *    Migrating 2 -> 3 adds them; existing rows are unchanged.
+ * 4: a stream belongs to one lease. The stream head records the lease of the stream's first
+ *    entry, and the append statements write only under that lease. Migrating 3 -> 4 adds the
+ *    `lease` column to the heads and fills it from each stream's entry 1. A head left without
+ *    one (written by a version 3 node during a rolling upgrade) is taken by the next append.
  */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /**
  * A release hands over only to a reservation with at least the waiter's TTL and this much more
@@ -54,6 +58,7 @@ export interface PgSql {
   readonly appendFast: string;
   readonly append: string;
   readonly highest: string;
+  readonly streamLease: string;
   readonly readStream: string;
 }
 
@@ -70,6 +75,8 @@ export function buildSql(prefix: string): PgSql {
   const live = (t: string): string => `${t}.owner IS NOT NULL AND ${t}.expires_at > now()`;
   const otherLive = `(${live('l')} AND l.owner <> excluded.owner)`;
   const expiry = (param: string): string => `now() + ${param}::int * interval '1 millisecond'`;
+  // A stream head the token's lease ($1) may bump: its own, or one a version 3 node left without a lease.
+  const ownHead = '(h.lease = $1 OR h.lease IS NULL)';
   return {
     channel,
     lockKey: `tenure:${prefix}`,
@@ -92,6 +99,9 @@ export function buildSql(prefix: string): PgSql {
       `CREATE TABLE IF NOT EXISTS ${S} (
          stream text NOT NULL, seq bigint NOT NULL, lease text NOT NULL, term bigint NOT NULL,
          payload text NOT NULL, PRIMARY KEY (stream, seq))`,
+      // Version 4: the lease a stream belongs to (that of its entry 1).
+      `ALTER TABLE ${H} ADD COLUMN IF NOT EXISTS lease text`,
+      `UPDATE ${H} AS h SET lease = s.lease FROM ${S} AS s WHERE h.lease IS NULL AND s.stream = h.stream AND s.seq = 1`,
       // Push: a change of holder or term (never a plain renewal) notifies the channel with what a
       // watcher needs, as JSON: {n: name, t: term} once released (or not live); {n, t, o: owner,
       // ttl, m: meta, r: remaining ms by the server's clock} for a live holder, plus h: ticket
@@ -228,11 +238,14 @@ export function buildSql(prefix: string): PgSql {
     // KEY UPDATE: in READ COMMITTED a concurrent raise is waited for and the condition re-checked
     // on the row's latest version), so from here to COMMIT no higher term can be accepted; then
     // bump the stream head and write. No row back means "not the fast case": run `append`.
+    // The head is bumped only when the stream belongs to the token's lease: ON CONFLICT DO UPDATE
+    // locks the head row and evaluates its WHERE on the row's latest version, so of two first
+    // appends under different leases the second sees the first's head and writes nothing.
     appendFast: `
       WITH fence AS (SELECT 1 FROM ${F} WHERE name = $1 AND max_term = $2::bigint FOR NO KEY UPDATE),
       head AS (
-        INSERT INTO ${H} AS h (stream, last_seq) SELECT $3, 1 FROM fence
-        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1
+        INSERT INTO ${H} AS h (stream, last_seq, lease) SELECT $3, 1, $1 FROM fence
+        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1, lease = $1 WHERE ${ownHead}
         RETURNING last_seq)
       INSERT INTO ${S} (stream, seq, lease, term, payload) SELECT $3, last_seq, $1, $2::bigint, $4 FROM head
       RETURNING seq`,
@@ -251,12 +264,13 @@ export function buildSql(prefix: string): PgSql {
         SELECT $1, $2::bigint
         WHERE NOT EXISTS (SELECT 1 FROM fence WHERE max_term >= $2::bigint)
           AND $2::bigint <= COALESCE((SELECT term FROM ${L} WHERE name = $1), 0)
+          AND NOT EXISTS (SELECT 1 FROM ${H} WHERE stream = $3 AND lease <> $1)
         ON CONFLICT (name) DO UPDATE SET max_term = excluded.max_term WHERE f.max_term <= excluded.max_term
         RETURNING max_term),
       ok AS (SELECT 1 FROM fence WHERE max_term = $2::bigint UNION ALL SELECT 1 FROM raised),
       head AS (
-        INSERT INTO ${H} AS h (stream, last_seq) SELECT $3, 1 FROM ok
-        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1
+        INSERT INTO ${H} AS h (stream, last_seq, lease) SELECT $3, 1, $1 FROM ok
+        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1, lease = $1 WHERE ${ownHead}
         RETURNING last_seq),
       entry AS (
         INSERT INTO ${S} (stream, seq, lease, term, payload) SELECT $3, last_seq, $1, $2::bigint, $4 FROM head
@@ -266,6 +280,8 @@ export function buildSql(prefix: string): PgSql {
         CASE WHEN e.seq IS NULL THEN (SELECT max_term FROM fence) END AS highest
       FROM (SELECT (SELECT seq FROM entry) AS seq) AS e`,
     highest: `SELECT max_term FROM ${F} WHERE name = $1`,
+    // The lease a stream belongs to (none for a stream never written).
+    streamLease: `SELECT lease FROM ${H} WHERE stream = $1`,
     readStream: `SELECT seq, lease, term, payload FROM ${S} WHERE stream = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::int`,
   };
 }

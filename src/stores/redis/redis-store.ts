@@ -28,6 +28,8 @@ import {
   checkTtl,
   decodeMeta,
   decodeTerm,
+  foreignStreamError,
+  reportStale,
   encodeMeta,
   timerDelay,
 } from '../../core/index.js';
@@ -114,6 +116,12 @@ export class RedisStore implements Store {
   /** Calls written to the corked socket since it was corked or last flushed. */
   private corkedWrites = 0;
   private closed = false;
+  /**
+   * The database of a client the store made from a URL (`redis://host/N`), checked before the
+   * first command: ioredis reports a failed SELECT only as an 'error' event and then serves the
+   * connection on database 0. Null once checked (or for database 0 and the user's own client).
+   */
+  private dbCheck: { readonly db: number; refused: Error | null } | null = null;
   /** Stop reconnecting the client and the subscriber (see reconnectWhenEndedMidConnect). */
   private readonly unwatchEnds: (() => void)[] = [];
 
@@ -135,6 +143,8 @@ export class RedisStore implements Store {
     }
     this.address = addressOf(this.client);
     if (this.ownsClient) this.client.on('error', () => {}); // surfaced per call as StoreUnavailableError
+    const db = this.ownsClient ? Number((this.client.options as { db?: unknown }).db ?? 0) : 0;
+    if (db !== 0) this.dbCheck = { db, refused: null };
     if (this.client.isCluster && !/\{[^{}]+\}/.test(prefix)) {
       throw new InvalidArgumentError('keyPrefix', `must contain a {hash tag} with a Cluster client so a store's keys share one slot, got '${prefix}'`);
     }
@@ -223,9 +233,11 @@ export class RedisStore implements Store {
     checkName('stream', stream);
     checkPayload('payload', payload);
     const reply = await this.send('appendFenced', appendScript, [this.key('fence', token.lease), this.key('term', token.lease), this.key('stream', stream)], [token.term, token.lease, payload]);
-    if (!Array.isArray(reply) || typeof reply[1] !== 'number') throw this.badReply('appendFenced', reply);
+    if (!Array.isArray(reply)) throw this.badReply('appendFenced', reply);
+    if (reply[0] === 'foreign') throw foreignStreamError(stream, String(reply[1]), token.lease);
+    if (typeof reply[1] !== 'number') throw this.badReply('appendFenced', reply);
     const [verdict, n] = reply as [string, number];
-    if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, n);
+    if (verdict === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, n), { stream });
     if (verdict === 'unissued') {
       throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${n})`);
     }
@@ -374,6 +386,7 @@ export class RedisStore implements Store {
       await this.subscribing;
       if (this.closed) throw new ClosedError('redis store');
     }
+    if (this.dbCheck !== null) await this.checkDb(this.dbCheck);
     let command = this.command(name, args);
     const deadline = this.deadlines.add(() => command.reject(this.timedOut(op)));
     try {
@@ -387,6 +400,30 @@ export class RedisStore implements Store {
       }
     } catch (err) {
       throw this.failure(op, err);
+    } finally {
+      this.deadlines.settle(deadline);
+    }
+  }
+
+  /**
+   * SELECT the URL's database once, before anything else is sent: a server without it refuses
+   * every call of this store with InvalidArgumentError (bad input, nothing written), instead of
+   * the store writing to database 0. A SELECT that gets no answer is tried again by the next call.
+   */
+  private async checkDb(check: { readonly db: number; refused: Error | null }): Promise<void> {
+    if (check.refused) throw check.refused;
+    const command = this.command('select', [check.db]);
+    const deadline = this.deadlines.add(() => command.reject(this.timedOut('select')));
+    try {
+      await this.client.sendCommand(command);
+      if (this.dbCheck === check) this.dbCheck = null;
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      if (/^ERR .*(DB index|invalid DB)/i.test(message)) {
+        check.refused = new InvalidArgumentError('store', `redis store ${this.address}: database ${check.db} does not exist on this server (${message})`);
+        throw check.refused;
+      }
+      throw this.failure('select', err);
     } finally {
       this.deadlines.settle(deadline);
     }

@@ -160,9 +160,10 @@ return out
 /**
  * KEYS: fence, term, stream. ARGV: term, lease, payload.
  * The fence check and the write are one script (safety rule 5): a term below the highest accepted
- * is refused, a term above the last issued is refused, otherwise the high-water mark moves up and
- * the entry is added with the next sequence number.
- * Reply: {'ok', seq} | {'stale', highest} | {'unissued', issued}.
+ * is refused, a term above the last issued is refused, an append to a stream whose first entry
+ * was written under another lease is refused (a stream belongs to one lease), otherwise the
+ * high-water mark moves up and the entry is added with the next sequence number.
+ * Reply: {'ok', seq} | {'stale', highest} | {'unissued', issued} | {'foreign', lease of entry 1}.
  */
 export const appendScript = new LuaScript(
   'append',
@@ -172,6 +173,8 @@ local highest = tonumber(redis.call('GET', KEYS[1]) or '0')
 if term < highest then return {'stale', highest} end
 local issued = tonumber(redis.call('GET', KEYS[2]) or '0')
 if term > issued then return {'unissued', issued} end
+local first = redis.call('XRANGE', KEYS[3], '1-0', '1-0')
+if first[1] and first[1][2][2] ~= ARGV[2] then return {'foreign', first[1][2][2]} end
 if term > highest then redis.call('SET', KEYS[1], term) end
 local seq = redis.call('XLEN', KEYS[3]) + 1
 redis.call('XADD', KEYS[3], seq .. '-0', 'lease', ARGV[2], 'term', term, 'payload', ARGV[3])

@@ -26,11 +26,13 @@ import {
   checkTtl,
   decideAcquire,
   decideFence,
+  reportStale,
   decideRelease,
   decideRenew,
   decodeMeta,
   decodeTerm,
   encodeMeta,
+  foreignStreamError,
   isLive,
   toLease,
 } from '../../core/index.js';
@@ -103,6 +105,7 @@ interface Statements {
   getFence: SqliteStatement;
   putFence: SqliteStatement;
   lastSeq: SqliteStatement;
+  firstEntryLease: SqliteStatement;
   insertEntry: SqliteStatement;
   readEntries: SqliteStatement;
   dataVersion: SqliteStatement;
@@ -262,10 +265,13 @@ export class SqliteStore implements Store {
       const highest = Number(this.st.getFence.get(token.lease)?.max_term ?? 0);
       const leaseTerm = this.getRow(token.lease)?.term ?? 0;
       const verdict = decideFence(token.term, highest, leaseTerm);
-      if (verdict === 'stale') throw new StaleTermError(token.lease, token.term, highest);
+      if (verdict === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, highest), { stream });
       if (verdict === 'unissued') {
         throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${leaseTerm})`);
       }
+      // A stream belongs to the lease of its first entry (inside this write transaction).
+      const first = this.st.firstEntryLease.get(stream);
+      if (first && String(first.lease) !== token.lease) throw foreignStreamError(stream, String(first.lease), token.lease);
       if (token.term > highest) this.st.putFence.run(token.lease, token.term);
       const seq = Number(this.st.lastSeq.get(stream)?.seq ?? 0) + 1;
       this.st.insertEntry.run(stream, seq, token.lease, token.term, payload);
@@ -384,6 +390,7 @@ export class SqliteStore implements Store {
       getFence: p('SELECT max_term FROM tenure_fences WHERE name = ?'),
       putFence: p('INSERT INTO tenure_fences (name, max_term) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET max_term = excluded.max_term'),
       lastSeq: p('SELECT max(seq) AS seq FROM tenure_streams WHERE stream = ?'),
+      firstEntryLease: p('SELECT lease FROM tenure_streams WHERE stream = ? AND seq = 1'),
       insertEntry: p('INSERT INTO tenure_streams (stream, seq, lease, term, payload) VALUES (?, ?, ?, ?, ?)'),
       readEntries: p('SELECT seq, lease, term, payload FROM tenure_streams WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?'),
       dataVersion: p('PRAGMA data_version'),

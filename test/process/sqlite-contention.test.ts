@@ -3,9 +3,13 @@
  * waiting, never an error, and a busy neighbour cannot depose a healthy leader.
  *
  * 2 and 8 writer processes append to one database file as fast as they can for 5 s (every 8th
- * call a zombie's, with a stale term), beside a leader process renewing at a 200 ms TTL and doing
- * a little leader work. Zero errors other than StaleTermError, every acknowledged append is in
- * its stream, and the leader is elected once and never deposed.
+ * call a zombie's, with a stale term), beside a leader process renewing at a 200 ms TTL. Zero
+ * errors other than StaleTermError, every acknowledged append is in its stream, and the leader is
+ * elected once and never deposed.
+ *
+ * The leader only renews: its own appends would be fsynced on its thread (the driver is
+ * synchronous), and under 8 writers on a slow disk one fsync can take longer than a 200 ms TTL's
+ * margin, which no lock scheduling can help (docs/sql-stores.md, SQLite).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -65,9 +69,8 @@ describe('SQLite under write contention from other processes', () => {
       const store = await openStore({ kind: 'sqlite', path: db });
       cleanups.push(() => store.close());
 
-      const leader = spawn('leader', 'campaigner', [db, 'lead', 'node-lead', String(LEADER_TTL_MS), '--stream', 'lead-log', '--append-ms', '10']);
+      const leader = spawn('leader', 'campaigner', [db, 'lead', 'node-lead', String(LEADER_TTL_MS), '--append-ms', '0']);
       const elected = await leader.waitFor('elected', WAIT_MS);
-      const term = num(elected, 'term');
       await leader.waitFor('renewed', WAIT_MS);
 
       const hammers = Array.from({ length: writers }, (_, i) => spawn(`w${i}`, 'sqlite-hammer', [db, `w${i}`, String(HAMMER_MS)]));
@@ -76,6 +79,7 @@ describe('SQLite under write contention from other processes', () => {
       for (const h of hammers) h.send('go');
       const done = await Promise.all(hammers.map(async (h) => (await h.waitFor('done', WAIT_MS)) as unknown as Done & { t: string }));
       const renewsDuring = leader.all('renewed').length;
+      const held = await store.read('lead');
 
       leader.send('stop');
       expect((await leader.exited).code).toBe(0);
@@ -83,16 +87,13 @@ describe('SQLite under write contention from other processes', () => {
       // The leader: elected once, never deposed while the writers ran, no failed call of any kind.
       const stopAt = leader.events.findIndex((e) => e.ev === 'stopping');
       const before = leader.events.slice(0, stopAt);
-      const bad = before.filter((e) => ['deposed', 'renew-failed', 'store-error', 'append-error', 'work-error', 'append-rejected'].includes(e.ev));
+      const bad = before.filter((e) => ['deposed', 'renew-failed', 'store-error'].includes(e.ev));
       expect(bad, 'leader events').toEqual([]);
-      expect(before.filter((e) => e.ev === 'elected')).toHaveLength(1);
-      expect(leader.events.slice(from, stopAt).filter((e) => e.ev === 'renewed').length, 'renewals while the writers ran').toBeGreaterThan(0);
+      expect(before.filter((e) => e.ev === 'elected')).toEqual([elected]);
+      // Renewing all along: about one renewal per TTL / 3 while the writers ran.
+      expect(leader.events.slice(from, stopAt).filter((e) => e.ev === 'renewed').length, 'renewals while the writers ran').toBeGreaterThanOrEqual(HAMMER_MS / LEADER_TTL_MS);
       expect(renewsDuring).toBeGreaterThan(1);
-      const leaderEntries = await readAll(store, 'lead-log');
-      const bySeq = new Map(leaderEntries.map((e) => [e.seq, e]));
-      const reported = leader.all('append');
-      expect(reported.length).toBeGreaterThan(0);
-      for (const a of reported) expect(bySeq.get(num(a, 'seq'))?.term, `leader append ${num(a, 'seq')}`).toBe(term);
+      expect(held?.term).toBe(num(elected, 'term'));
 
       // The writers: nothing but StaleTermError for the zombie calls, and every acknowledged append in its stream.
       for (let i = 0; i < writers; i++) {

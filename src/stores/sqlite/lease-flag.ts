@@ -6,8 +6,8 @@
  *
  * The flag is the modification time of one file beside the database (`PATH-lease-wait`, empty):
  * a waiter sets it to now every RAISE_EVERY_MS while it waits and back to 0 when it is through,
- * and it counts as up for FRESH_MS after it was last set, so a waiter that died lowers it by
- * itself. One host, one clock (the SQLite store is single-host), so comparing the file's time
+ * and it counts as up for FRESH_MS after it was last set (long enough to outlast a waiter's own
+ * scheduling delays on a loaded host), so a waiter that died lowers it by itself. One host, one clock (the SQLite store is single-host), so comparing the file's time
  * with this process's clock is sound; a clock step at worst makes the flag look down (appends go
  * ahead, lease calls still get their turn by polling faster) or up for FRESH_MS.
  * Any error touching the file (a read-only directory) leaves the flag down.
@@ -15,7 +15,7 @@
 import { statSync, utimesSync, writeFileSync } from 'node:fs';
 
 /** How long a raised flag holds appends back unless it is raised again, ms. */
-const FRESH_MS = 10;
+const FRESH_MS = 50;
 /** How often a waiting lease call raises it again, ms. */
 const RAISE_EVERY_MS = 2;
 

@@ -9,10 +9,11 @@
  * Contention is waiting, never an error. SQLite's own busy handler is unfair (a waiter sleeps 1,
  * 2, 5, 10… ms while the holder commits and takes the lock again at once) and blocks the thread
  * while it waits, so the store does not use it (`busy_timeout = 0`): a call that finds the write
- * lock taken polls for it every few tens of microseconds for a short slice (2 ms for lease calls,
- * 0.5 ms for appends), then yields to the event loop (lease calls at once, appends after a
- * jittered back-off), and tries again until its `timeoutMs`. So timers, the elector's deadline
- * among them, keep firing, and a renew gets through between a busy neighbour's transactions.
+ * lock taken polls for it in a short slice (2 ms for lease calls, 1 ms for appends and reads),
+ * then yields to the event loop (lease calls for one turn, appends for a jittered back-off), and
+ * tries again until its `timeoutMs`. So timers, the elector's deadline among them, keep firing.
+ * A waiting lease call raises a flag that appends in every process respect (LeaseWaitFlag), so a
+ * renewal gets through a neighbour appending flat out.
  *
  * Push: other processes' commits are noticed through `PRAGMA data_version`, polled only while
  * someone watches; a watched lease that runs out is reported too.
@@ -104,7 +105,7 @@ type Priority = 'lease' | 'bulk';
 /** Longest synchronous polling slice, ms, by priority: how long a waiting call may block the thread. */
 const SLICE_MS: Record<Priority, number> = { lease: 2, bulk: 1 };
 /** Pause between two polls of the lock within a slice, ms (jittered ±50%): lease calls look more often. */
-const POLL_GAP_MS: Record<Priority, number> = { lease: 0.02, bulk: 0.2 };
+const POLL_GAP_MS: Record<Priority, number> = { lease: 0.1, bulk: 0.5 };
 /** Back-off between the slices of a bulk call, ms: 0.5, 1, 2… up to this, jittered to 50–100%. */
 const BULK_BACKOFF_MAX_MS = 4;
 /**

@@ -97,15 +97,17 @@ const DEFAULT_TIMEOUT_MS = 5000;
 /**
  * How a call waits for the write lock. `lease`: acquire, renew, release, whose delay can cost a
  * leader its lease: they poll in longer slices and yield only for one event-loop turn between
- * them. `bulk`: appends and reads, which back off (jittered, growing) between shorter slices, so
- * that a process appending flat out leaves room for the lease calls of others.
+ * them. `bulk`: appends, which back off (jittered, growing) between shorter slices, and stand
+ * back while another process's lease call waits, so that a process appending flat out leaves
+ * room for the lease calls of others. `read`: reads, which wait like appends but need no write
+ * lock (WAL) and so meet a busy database only in rare moments, and hold nobody back.
  */
-type Priority = 'lease' | 'bulk';
+type Priority = 'lease' | 'bulk' | 'read';
 
 /** Longest synchronous polling slice, ms, by priority: how long a waiting call may block the thread. */
-const SLICE_MS: Record<Priority, number> = { lease: 2, bulk: 1 };
+const SLICE_MS: Record<Priority, number> = { lease: 2, bulk: 1, read: 1 };
 /** Pause between two polls of the lock within a slice, ms (jittered ±50%): lease calls look more often. */
-const POLL_GAP_MS: Record<Priority, number> = { lease: 0.1, bulk: 0.5 };
+const POLL_GAP_MS: Record<Priority, number> = { lease: 0.1, bulk: 0.5, read: 0.5 };
 /** Back-off between the slices of a bulk call, ms: 0.5, 1, 2… up to this, jittered to 50–100%. */
 const BULK_BACKOFF_MAX_MS = 4;
 /**
@@ -116,6 +118,10 @@ const BULK_BACKOFF_MAX_MS = 4;
  * within microseconds, which is what makes SQLite's own busy handling unfair.
  */
 const CONTENDED_MS = 100;
+/** SQLite's default automatic checkpoint threshold, pages of WAL. */
+const WAL_AUTOCHECKPOINT_PAGES = 1000;
+/** Lease commits (which skip the automatic checkpoint) between two passive checkpoints of a store. */
+const LEASE_COMMITS_PER_CHECKPOINT = 200;
 const POLITE_GAP_MS = 1;
 
 /**
@@ -200,6 +206,8 @@ export class SqliteStore implements Store {
   private contendedAt = -Infinity;
   /** When this store's last bulk call succeeded (performance.now()). */
   private bulkDoneAt = -Infinity;
+  /** Lease commits since this store last scheduled a checkpoint (see checkpointLater). */
+  private leaseCommits = 0;
   /** Raised by this store's waiting lease calls, respected by its bulk calls (see LeaseWaitFlag). */
   private readonly leaseWait: LeaseWaitFlag;
   private closed = false;
@@ -501,8 +509,15 @@ export class SqliteStore implements Store {
     this.st.putLease.run(row.name, row.owner, row.term, row.expiresAtMs, row.ttlMs, JSON.stringify(row.meta));
   }
 
-  private transaction<T>(fn: () => T, durable = true): T {
+  /**
+   * One `BEGIN IMMEDIATE` transaction. `durable` false: committed without waiting for the disk
+   * (see WRITES). `checkpoint` false: this commit does not run SQLite's automatic WAL checkpoint
+   * (copying the WAL into the database and syncing it, tens of milliseconds on a busy disk, on
+   * this thread); lease calls leave it to appends, or to `checkpointLater`.
+   */
+  private transaction<T>(fn: () => T, durable = true, checkpoint = true): T {
     if (!durable) this.db.exec('PRAGMA synchronous = NORMAL');
+    if (!checkpoint) this.db.exec('PRAGMA wal_autocheckpoint = 0');
     try {
       this.db.exec('BEGIN IMMEDIATE');
       let result: T;
@@ -516,7 +531,26 @@ export class SqliteStore implements Store {
       return result;
     } finally {
       if (!durable) this.db.exec('PRAGMA synchronous = FULL');
+      if (!checkpoint) this.db.exec(`PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT_PAGES}`);
     }
+  }
+
+  /**
+   * After LEASE_COMMITS_PER_CHECKPOINT lease commits without an automatic checkpoint, run a
+   * passive one soon, after the call has answered: without appends (a store used only for
+   * election) nothing else would, and the WAL would grow without end.
+   */
+  private checkpointLater(): void {
+    if (++this.leaseCommits < LEASE_COMMITS_PER_CHECKPOINT) return;
+    this.leaseCommits = 0;
+    setTimeout(() => {
+      if (this.closed) return;
+      try {
+        this.db.exec('PRAGMA wal_checkpoint(PASSIVE)');
+      } catch {
+        // busy or failing: the next one will try again
+      }
+    }, 0).unref();
   }
 
   /** One write transaction; driver failures become StoreUnavailableError (nothing was committed). */
@@ -524,14 +558,15 @@ export class SqliteStore implements Store {
     const { priority, durable } = WRITES[operation];
     if (this.readOnly) return Promise.reject(new StoreUnavailableError(`sqlite store ${this.path}: opened read-only, cannot ${operation}`));
     return this.run(operation, priority, () => {
-      const result = this.transaction(fn, durable);
+      const result = this.transaction(fn, durable, priority !== 'lease');
+      if (priority === 'lease') this.checkpointLater();
       after?.(result);
       return result;
     });
   }
 
   private query<T>(operation: string, fn: () => T): Promise<T> {
-    return this.run(operation, 'bulk', fn);
+    return this.run(operation, 'read', fn);
   }
 
   /**
@@ -562,7 +597,7 @@ export class SqliteStore implements Store {
             if (priority === 'bulk' && this.leaseWait.isUp()) throw new LeaseWaiting();
             resolve(fn());
             if (priority === 'bulk') this.bulkDoneAt = performance.now();
-            else this.leaseWait.lower();
+            else if (priority === 'lease') this.leaseWait.lower();
             return;
           } catch (err) {
             if (!isBusy(err) && !(err instanceof LeaseWaiting)) {

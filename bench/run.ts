@@ -22,6 +22,7 @@ import { freshMysql, freshPostgres, freshRedis, stopServers } from './lib/server
 import type { BenchResult, Benchmark } from './lib/types.js';
 import { redisLocksBenchmark } from './redis-locks.js';
 import { sqlBenchmarks } from './sql.js';
+import { sqliteWritersBenchmark } from './sqlite-writers.js';
 
 /** A fresh SQLite database file in a temporary directory. */
 async function tempSqlite(): Promise<{ storeArg: string; cleanup: () => void }> {
@@ -36,6 +37,8 @@ const PUSH_10 = { stat: 'p50', max: 10, label: '10 ms (push)' } as const;
 
 const BENCHMARKS: readonly Benchmark[] = [
   electionBenchmark({ name: 'sqlite-election', target: 'sqlite', ttlMs: TTL_MS, nodes: 3, prepare: tempSqlite }),
+  // Issue 20: appends/s of 1, 2 and 8 writer processes on one file, beside a leader at TTL 200 ms.
+  sqliteWritersBenchmark(),
   // Issue 12: crash failover to the new leader's first fenced write. MySQL has no push: no handoff goal.
   electionBenchmark({ name: 'postgres-election', target: 'postgres', ttlMs: TTL_MS, nodes: 3, prepare: freshPostgres, firstWrite: true, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   electionBenchmark({ name: 'mysql-election', target: 'mysql', ttlMs: TTL_MS, nodes: 3, prepare: freshMysql, firstWrite: true, handoffGoal: null, crashGoal: CRASH_30 }),

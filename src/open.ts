@@ -13,7 +13,7 @@ export const DEFAULT_STORE_URL = 'sqlite:./.tenure/tenure.db';
 
 export type StoreOptions =
   | { kind: 'memory' }
-  | { kind: 'sqlite'; path: string; busyTimeoutMs?: number; pollMs?: number }
+  | { kind: 'sqlite'; path: string; timeoutMs?: number; busyTimeoutMs?: number; pollMs?: number; readOnly?: boolean }
   | { kind: 'postgres'; url: string; tablePrefix?: string; handOver?: boolean }
   | { kind: 'mysql'; url: string; tablePrefix?: string }
   | { kind: 'redis'; url: string; keyPrefix?: string; commandTimeoutMs?: number }

@@ -9,8 +9,11 @@ import { formatMs } from './output.js';
 import type { CliIO } from './output.js';
 import { STORE_OPTION, openCliStore, storeTarget } from './store.js';
 
-/** One-shot commands may wait this long for another process's SQLite transaction, ms. */
-export const ONE_SHOT_BUSY_TIMEOUT_MS = 2000;
+/**
+ * One-shot commands may wait this long for other processes' SQLite transactions, ms: they have no
+ * lease deadline to keep, so they wait longer than a store's calls do by default.
+ */
+export const ONE_SHOT_BUSY_TIMEOUT_MS = 10_000;
 
 export const statusSpec: CommandSpec = {
   name: 'status',
@@ -34,7 +37,8 @@ export async function statusCommand(argv: readonly string[], io: CliIO): Promise
   const groupText = stringOption(args.values, 'group');
   const group = groupText === undefined ? undefined : checkName('--group', groupText);
   const target = storeTarget(stringOption(args.values, 'store'), io.env);
-  const store = await openCliStore(target, ONE_SHOT_BUSY_TIMEOUT_MS);
+  // Read-only: a mistyped path is an error (exit 1), never a new directory and database.
+  const store = await openCliStore(target, ONE_SHOT_BUSY_TIMEOUT_MS, true);
   let leases: Lease[];
   try {
     if (group !== undefined) {

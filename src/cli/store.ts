@@ -61,12 +61,13 @@ function storeFailure(what: string, target: StoreTarget, err: unknown): Error {
 }
 
 /**
- * Open the store. `busyTimeoutMs` lets one-shot commands (append, log, status) wait longer for
- * another process's SQLite transaction than the elector may.
+ * Open the store. `timeoutMs` lets one-shot commands (append, log, status) wait longer for other
+ * processes' SQLite transactions than the elector's calls do; `readOnly` (status, log) opens a
+ * SQLite store without creating or writing anything: a missing file is an error, not a new store.
  */
-export async function openCliStore(target: StoreTarget, busyTimeoutMs?: number): Promise<TenureStore> {
+export async function openCliStore(target: StoreTarget, timeoutMs?: number, readOnly = false): Promise<TenureStore> {
   const options: StoreOptions =
-    target.options.kind === 'sqlite' && busyTimeoutMs !== undefined ? { ...target.options, busyTimeoutMs } : target.options;
+    target.options.kind === 'sqlite' ? { ...target.options, ...(timeoutMs !== undefined ? { timeoutMs } : {}), ...(readOnly ? { readOnly } : {}) } : target.options;
   try {
     return await openStore(options);
   } catch (err) {

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDatabase } from '../../src/stores/sqlite/driver.js';
 import { afterEach, describe, expect, it } from 'vitest';
+import { StoreUnavailableError } from '../../src/index.js';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
 import { fixturePath } from '../fixtures/harness.js';
 
@@ -38,6 +39,47 @@ describe('SqliteStore', () => {
     expect(timerFiredAfter!).toBeLessThan(1000);
     expect(appends).toBeGreaterThan(0);
     await store.close();
+  });
+
+  it('waits for a locked database without blocking the event loop, then fails only at its timeout', async () => {
+    const path = dbPath();
+    const store = new SqliteStore({ path, timeoutMs: 5000 });
+    const quick = new SqliteStore({ path, timeoutMs: 300 });
+    const { lease } = await store.acquire('g', 'a~1', 10_000);
+    const other = openDatabase(path).db;
+    // Timer lag while the calls wait: the elector's deadline timer must fire on time.
+    let last = performance.now();
+    let worstLagMs = 0;
+    const ticker = setInterval(() => {
+      const now = performance.now();
+      worstLagMs = Math.max(worstLagMs, now - last - 5);
+      last = now;
+    }, 5);
+    try {
+      other.exec('BEGIN IMMEDIATE');
+      const started = performance.now();
+      setTimeout(() => other.exec('ROLLBACK'), 800);
+      // Held longer than SQLite's old 250 ms busy timeout: contention is waiting, not an error.
+      const [renewed, appended, timedOut] = await Promise.allSettled([
+        store.renew('g', 'a~1', lease.term, 10_000),
+        store.appendFenced({ lease: 'g', term: lease.term }, 's', 'x'),
+        quick.acquire('h', 'b~1', 1000),
+      ]);
+      expect(renewed.status === 'fulfilled' && renewed.value.renewed).toBe(true);
+      expect(appended).toEqual({ status: 'fulfilled', value: 1 });
+      expect(performance.now() - started).toBeGreaterThanOrEqual(750);
+      // A call whose own timeout runs out first fails as any timed-out call does, having written nothing.
+      expect(timedOut.status).toBe('rejected');
+      expect((timedOut as PromiseRejectedResult).reason).toBeInstanceOf(StoreUnavailableError);
+      expect(String((timedOut as PromiseRejectedResult).reason)).toMatch(/locked by other processes for 300 ms; nothing was written/);
+      expect(await store.read('h')).toBeNull();
+      expect(worstLagMs).toBeLessThan(100);
+    } finally {
+      clearInterval(ticker);
+      other.close();
+      await store.close();
+      await quick.close();
+    }
   });
 
   it('opens a new database that another process holds locked for longer than the busy timeout', async () => {

@@ -1,16 +1,24 @@
 /**
  * `sqlite:PATH` — the embedded default: many processes on one host share one database file.
  *
- * WAL journal, a busy timeout, every change in one `BEGIN IMMEDIATE` transaction (so the read and
- * the write that decide a term or a fence cannot interleave with another process), and
- * `synchronous=FULL` so a committed term survives power loss and never goes back (safety rule 4).
- * A process killed mid-transaction leaves nothing behind: SQLite rolls the hot journal back.
+ * WAL journal, every change in one `BEGIN IMMEDIATE` transaction (so the read and the write that
+ * decide a term or a fence cannot interleave with another process), and `synchronous=FULL` so a
+ * committed term survives power loss and never goes back (safety rule 4). A process killed
+ * mid-transaction leaves nothing behind: SQLite rolls the hot journal back.
+ *
+ * Contention is waiting, never an error. SQLite's own busy handler is unfair (a waiter sleeps 1,
+ * 2, 5, 10… ms while the holder commits and takes the lock again at once) and blocks the thread
+ * while it waits, so the store does not use it (`busy_timeout = 0`): a call that finds the write
+ * lock taken polls for it in a short slice (2 ms for lease calls, 1 ms for appends and reads),
+ * then yields to the event loop (lease calls for one turn, appends for a jittered back-off), and
+ * tries again until its `timeoutMs`. So timers, the elector's deadline among them, keep firing.
+ * A waiting lease call raises a flag that appends in every process respect (LeaseWaitFlag), so a
+ * renewal gets through a neighbour appending flat out.
  *
  * Push: other processes' commits are noticed through `PRAGMA data_version`, polled only while
  * someone watches; a watched lease that runs out is reported too.
  */
-import { mkdirSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import {
   ClosedError,
   InvalidArgumentError,
@@ -53,15 +61,30 @@ import type {
 import { openDatabase } from './driver.js';
 import type { SqliteDatabase, SqliteDriverName, SqlRow, SqliteStatement } from './driver.js';
 import { hostClock } from './host-clock.js';
+import { LeaseWaitFlag } from './lease-flag.js';
+import { prepareDatabaseFile } from './file.js';
 import type { HostClock } from './host-clock.js';
 
 export interface SqliteStoreOptions {
-  /** Database file; created with its directory when missing. */
+  /**
+   * Database file; created with its directory when missing (unless `readOnly`). A path that
+   * exists but is not a regular file (a directory, /dev/null) is refused.
+   */
   path: string;
   /**
-   * How long a write waits for another process's transaction, ms (default 250). Opening waits
-   * longer, at least SETUP_BUSY_TIMEOUT_MS: the first processes on a new file race to create it.
+   * Look only (`tenure status`, `tenure log`): the file must already be a tenure database, and
+   * nothing is created or written — no directory, no file, no schema, no journal. Writes reject.
    */
+  readOnly?: boolean;
+  /**
+   * How long one call may wait, in all, for other processes' transactions (a locked database),
+   * ms (default 5000; 0 = try once). Waiting never blocks the event loop for more than a couple of
+   * milliseconds at a time (see `SqliteStore`); a call still locked out at the end fails with
+   * StoreUnavailableError, having written nothing. Opening waits at least SETUP_BUSY_TIMEOUT_MS:
+   * the first processes on a new file race to create it.
+   */
+  timeoutMs?: number;
+  /** The earlier name of `timeoutMs` (used when `timeoutMs` is not given). */
   busyTimeoutMs?: number;
   /** How often watchers check for other processes' changes, ms (default 20). */
   pollMs?: number;
@@ -70,6 +93,56 @@ export interface SqliteStoreOptions {
 }
 
 const SCHEMA_VERSION = '1';
+
+/** The default of `timeoutMs`, ms: as long as the SQL servers' stores wait for an answer. */
+const DEFAULT_TIMEOUT_MS = 5000;
+
+/**
+ * How a call waits for the write lock. `lease`: acquire, renew, release, whose delay can cost a
+ * leader its lease: they poll in longer slices and yield only for one event-loop turn between
+ * them. `bulk`: appends, which back off (jittered, growing) between shorter slices, and stand
+ * back while another process's lease call waits, so that a process appending flat out leaves
+ * room for the lease calls of others. `read`: reads, which wait like appends but need no write
+ * lock (WAL) and so meet a busy database only in rare moments, and hold nobody back.
+ */
+type Priority = 'lease' | 'bulk' | 'read';
+
+/** Longest synchronous polling slice, ms, by priority: how long a waiting call may block the thread. */
+const SLICE_MS: Record<Priority, number> = { lease: 2, bulk: 1, read: 1 };
+/** Pause between two polls of the lock within a slice, ms (jittered ±50%): lease calls look more often. */
+const POLL_GAP_MS: Record<Priority, number> = { lease: 0.1, bulk: 0.5, read: 0.5 };
+/** Back-off between the slices of a bulk call, ms: 0.5, 1, 2… up to this, jittered to 50–100%. */
+const BULK_BACKOFF_MAX_MS = 4;
+/**
+ * While other processes contend for the lock (this store met it taken within the last
+ * CONTENDED_MS), a bulk call that follows this store's previous bulk commit within POLITE_GAP_MS
+ * starts only after that gap: the lock is then free for a moment after each commit, for the
+ * waiting lease calls (and appends) of others, instead of being taken again by the same process
+ * within microseconds, which is what makes SQLite's own busy handling unfair.
+ */
+const CONTENDED_MS = 100;
+/** SQLite's default automatic checkpoint threshold, pages of WAL. */
+const WAL_AUTOCHECKPOINT_PAGES = 1000;
+/** Lease commits (which skip the automatic checkpoint) between two passive checkpoints of a store. */
+const LEASE_COMMITS_PER_CHECKPOINT = 200;
+const POLITE_GAP_MS = 1;
+
+/**
+ * Each write: how it waits for the lock, and whether its commit is synced to disk before it
+ * returns. Term changes (acquire) and stream entries must survive a power loss (safety rule 4:
+ * a term never goes back). Renewals and releases need not: a power loss stops every process of
+ * the host, every holder with them, and on Linux the lease clock's epoch changes with the boot, so
+ * every lease has expired on the next open anyway. Not waiting for the disk keeps a renewal's
+ * transaction, and its hold on the write lock, to a fraction of a millisecond. A later synced
+ * commit syncs these too (the WAL is written in order).
+ */
+const WRITES = {
+  acquire: { priority: 'lease', durable: true },
+  renew: { priority: 'lease', durable: false },
+  renewMany: { priority: 'lease', durable: false },
+  release: { priority: 'lease', durable: false },
+  appendFenced: { priority: 'bulk', durable: true },
+} as const satisfies Record<string, { priority: Priority; durable: boolean }>;
 
 /**
  * How long opening waits for another process's lock, at least, ms. Processes started together
@@ -84,6 +157,9 @@ function isBusy(err: unknown): boolean {
   const e = err as { code?: unknown; errcode?: unknown; message?: unknown };
   return e.code === 'SQLITE_BUSY' || e.errcode === 5 || (typeof e.message === 'string' && e.message.includes('database is locked'));
 }
+
+/** Thrown (and caught) in place of trying an append while another process's lease call waits. */
+class LeaseWaiting extends Error {}
 
 function rollbackQuietly(db: SqliteDatabase): void {
   try {
@@ -122,23 +198,38 @@ export class SqliteStore implements Store {
   readonly path: string;
   readonly driver: SqliteDriverName;
   private readonly db: SqliteDatabase;
-  private readonly clock: HostClock;
+  private clock: HostClock;
   private readonly st: Statements;
   private readonly pollMs: number;
+  private readonly timeoutMs: number;
+  private readonly readOnly: boolean;
   private readonly watched = new Map<string, Watched>();
   private pollTimer: NodeJS.Timeout | null = null;
   private lastDataVersion = -1;
+  /** When a call of this store last found the database locked (performance.now()). */
+  private contendedAt = -Infinity;
+  /** When this store's last bulk call succeeded (performance.now()). */
+  private bulkDoneAt = -Infinity;
+  /** Lease commits since this store last scheduled a checkpoint (see checkpointLater). */
+  private leaseCommits = 0;
+  /** Raised by this store's waiting lease calls, respected by its bulk calls (see LeaseWaitFlag). */
+  private readonly leaseWait: LeaseWaitFlag;
   private closed = false;
 
   constructor(options: SqliteStoreOptions) {
     if (typeof options.path !== 'string' || options.path.length === 0) {
       throw new InvalidArgumentError('path', 'expected a database file path, such as ./.tenure/tenure.db');
     }
-    const busyTimeoutMs = checkMs('busyTimeoutMs', options.busyTimeoutMs ?? 250, 0, 60_000);
+    this.timeoutMs =
+      options.timeoutMs !== undefined || options.busyTimeoutMs === undefined
+        ? checkMs('timeoutMs', options.timeoutMs ?? DEFAULT_TIMEOUT_MS, 0, 600_000)
+        : checkMs('busyTimeoutMs', options.busyTimeoutMs, 0, 600_000);
     this.pollMs = checkMs('pollMs', options.pollMs ?? 20, 1, 60_000);
     this.path = options.path === ':memory:' ? options.path : resolve(options.path);
-    if (this.path !== ':memory:') mkdirSync(dirname(this.path), { recursive: true });
+    this.readOnly = options.readOnly === true;
+    if (this.path !== ':memory:') prepareDatabaseFile(this.path, this.readOnly);
     this.clock = hostClock();
+    this.leaseWait = LeaseWaitFlag.beside(this.path);
     let opened: ReturnType<typeof openDatabase>;
     try {
       opened = openDatabase(this.path, options.driver);
@@ -148,15 +239,20 @@ export class SqliteStore implements Store {
     }
     this.db = opened.db;
     this.driver = opened.driver;
-    const setupMs = Math.max(busyTimeoutMs, SETUP_BUSY_TIMEOUT_MS);
+    const setupMs = Math.max(this.timeoutMs, SETUP_BUSY_TIMEOUT_MS);
     const giveUpAt = performance.now() + setupMs;
     for (let attempt = 1; ; attempt++) {
       try {
         if (attempt === 1) this.db.exec(`PRAGMA busy_timeout = ${setupMs}`);
-        this.db.exec('PRAGMA journal_mode = WAL');
-        this.db.exec('PRAGMA synchronous = FULL');
-        this.createSchema();
-        this.db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`);
+        if (this.readOnly) {
+          this.checkSchema();
+        } else {
+          this.db.exec('PRAGMA journal_mode = WAL');
+          this.db.exec('PRAGMA synchronous = FULL');
+          this.createSchema();
+        }
+        // From here on the store waits for locks itself (see `run`), without blocking the thread long.
+        this.db.exec('PRAGMA busy_timeout = 0');
         break;
       } catch (err) {
         // SQLite answers "busy" at once, without waiting out the busy timeout, where waiting
@@ -180,7 +276,7 @@ export class SqliteStore implements Store {
     checkTtl('ttlMs', ttlMs);
     const metaText = encodeMeta('meta', meta);
     const metaValue = decodeMeta(metaText);
-    return this.write(() => {
+    return this.write('acquire', () => {
       const now = this.clock.now();
       const decision = decideAcquire(this.getRow(name), name, owner, ttlMs, metaValue, now);
       if (!decision.acquired) return { acquired: false, lease: toLease(decision.row, now) };
@@ -194,7 +290,7 @@ export class SqliteStore implements Store {
     checkOwner('owner', owner);
     checkTerm('term', term);
     checkTtl('ttlMs', ttlMs);
-    return this.write(() => {
+    return this.write('renew', () => {
       const now = this.clock.now();
       const current = this.getRow(name);
       const next = decideRenew(current, owner, term, ttlMs, now);
@@ -209,8 +305,8 @@ export class SqliteStore implements Store {
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
     checkRenewItems(leases);
-    if (leases.length === 0) return this.query(() => []);
-    return this.write(() => {
+    if (leases.length === 0) return this.query('renewMany', () => []);
+    return this.write('renewMany', () => {
       const now = this.clock.now();
       return leases.map(({ name, term }): RenewResult => {
         const current = this.getRow(name);
@@ -226,7 +322,7 @@ export class SqliteStore implements Store {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTerm('term', term);
-    return this.write(() => {
+    return this.write('release', () => {
       const next = decideRelease(this.getRow(name), owner, term, this.clock.now());
       if (next === null) return false;
       this.putRow(next);
@@ -236,7 +332,7 @@ export class SqliteStore implements Store {
 
   async read(name: string): Promise<Lease | null> {
     checkName('name', name);
-    return this.query(() => {
+    return this.query('read', () => {
       const now = this.clock.now();
       const row = this.getRow(name);
       return isLive(row, now) ? toLease(row, now) : null;
@@ -245,7 +341,7 @@ export class SqliteStore implements Store {
 
   async list(prefix = ''): Promise<Lease[]> {
     if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
-    return this.query(() => {
+    return this.query('list', () => {
       const now = this.clock.now();
       const out: Lease[] = [];
       // Prefix match by range so user text is never a LIKE pattern.
@@ -261,7 +357,7 @@ export class SqliteStore implements Store {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
-    return this.write(() => {
+    return this.write('appendFenced', () => {
       const highest = Number(this.st.getFence.get(token.lease)?.max_term ?? 0);
       const leaseTerm = this.getRow(token.lease)?.term ?? 0;
       const verdict = decideFence(token.term, highest, leaseTerm);
@@ -282,7 +378,7 @@ export class SqliteStore implements Store {
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
-    return this.query(() =>
+    return this.query('readStream', () =>
       this.st.readEntries.all(stream, after, limit).map((r) => ({
         stream,
         seq: Number(r.seq),
@@ -364,6 +460,24 @@ export class SqliteStore implements Store {
     });
   }
 
+  /**
+   * Read-only open: the file must hold tenure's tables at this schema version. Leases written in
+   * another clock epoch (before the last boot) are all expired, as a writable open would mark them;
+   * here nothing is written, so they are only read as expired.
+   */
+  private checkSchema(): void {
+    let rows: SqlRow[];
+    try {
+      rows = this.db.prepare("SELECT key, value FROM tenure_schema WHERE key IN ('version', 'clock')").all();
+    } catch (err) {
+      if (isBusy(err)) throw err;
+      throw new Error(`${this.path} is not a tenure store (${(err as Error).message})`, { cause: err });
+    }
+    const get = (key: string): unknown => rows.find((r) => r.key === key)?.value;
+    if (get('version') !== SCHEMA_VERSION) throw new Error(`${this.path}: database schema version ${String(get('version'))} is not ${SCHEMA_VERSION}`);
+    if (get('clock') !== this.clock.epoch) this.clock = { epoch: this.clock.epoch, now: () => Number.MAX_VALUE };
+  }
+
   private schemaCurrent(): boolean {
     try {
       const rows = this.db.prepare("SELECT key, value FROM tenure_schema WHERE key IN ('version', 'clock')").all();
@@ -409,50 +523,127 @@ export class SqliteStore implements Store {
     this.st.putLease.run(row.name, row.owner, row.term, row.expiresAtMs, row.ttlMs, JSON.stringify(row.meta));
   }
 
-  private transaction<T>(fn: () => T): T {
-    this.db.exec('BEGIN IMMEDIATE');
-    let result: T;
+  /**
+   * One `BEGIN IMMEDIATE` transaction. `durable` false: committed without waiting for the disk
+   * (see WRITES). `checkpoint` false: this commit does not run SQLite's automatic WAL checkpoint
+   * (copying the WAL into the database and syncing it, tens of milliseconds on a busy disk, on
+   * this thread); lease calls leave it to appends, or to `checkpointLater`.
+   */
+  private transaction<T>(fn: () => T, durable = true, checkpoint = true): T {
+    if (!durable) this.db.exec('PRAGMA synchronous = NORMAL');
+    if (!checkpoint) this.db.exec('PRAGMA wal_autocheckpoint = 0');
     try {
-      result = fn();
-    } catch (err) {
-      this.db.exec('ROLLBACK');
-      throw err;
+      this.db.exec('BEGIN IMMEDIATE');
+      let result: T;
+      try {
+        result = fn();
+      } catch (err) {
+        this.db.exec('ROLLBACK');
+        throw err;
+      }
+      this.db.exec('COMMIT');
+      return result;
+    } finally {
+      if (!durable) this.db.exec('PRAGMA synchronous = FULL');
+      if (!checkpoint) this.db.exec(`PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT_PAGES}`);
     }
-    this.db.exec('COMMIT');
-    return result;
+  }
+
+  /**
+   * After LEASE_COMMITS_PER_CHECKPOINT lease commits without an automatic checkpoint, run a
+   * passive one soon, after the call has answered: without appends (a store used only for
+   * election) nothing else would, and the WAL would grow without end.
+   */
+  private checkpointLater(): void {
+    if (++this.leaseCommits < LEASE_COMMITS_PER_CHECKPOINT) return;
+    this.leaseCommits = 0;
+    setTimeout(() => {
+      if (this.closed) return;
+      try {
+        this.db.exec('PRAGMA wal_checkpoint(PASSIVE)');
+      } catch {
+        // busy or failing: the next one will try again
+      }
+    }, 0).unref();
   }
 
   /** One write transaction; driver failures become StoreUnavailableError (nothing was committed). */
-  private write<T>(fn: () => T, after?: (result: T) => void): Promise<T> {
-    return this.turn(() => {
-      const result = this.transaction(fn);
+  private write<T>(operation: keyof typeof WRITES, fn: () => T, after?: (result: T) => void): Promise<T> {
+    const { priority, durable } = WRITES[operation];
+    if (this.readOnly) return Promise.reject(new StoreUnavailableError(`sqlite store ${this.path}: opened read-only, cannot ${operation}`));
+    return this.run(operation, priority, () => {
+      const result = this.transaction(fn, durable, priority !== 'lease');
+      if (priority === 'lease') this.checkpointLater();
       after?.(result);
       return result;
     });
   }
 
-  private query<T>(fn: () => T): Promise<T> {
-    return this.turn(fn);
+  private query<T>(operation: string, fn: () => T): Promise<T> {
+    return this.run(operation, 'read', fn);
   }
 
   /**
-   * Run one synchronous driver call in its own event-loop turn. The driver is synchronous, so a
-   * loop of `await store.appendFenced(...)` would otherwise run on microtasks alone and starve
-   * timers — including the elector's deadline timer that aborts leader work (safety rule 2).
+   * Run one synchronous driver call, starting in its own event-loop turn: the driver is
+   * synchronous, so a loop of `await store.appendFenced(...)` would otherwise run on microtasks
+   * alone and starve timers — including the elector's deadline timer that aborts leader work
+   * (safety rule 2).
+   *
+   * A call that finds the database locked by another process waits for it (contention is not an
+   * error): it polls the lock for one short slice (SLICE_MS, blocking), then yields to the event
+   * loop and tries again — a lease call after one turn, a bulk call after a jittered back-off —
+   * until `timeoutMs` has passed since the call began. A busy answer comes before anything is
+   * written (BEGIN IMMEDIATE fails, or the transaction is rolled back), so every retry is safe.
    */
-  private turn<T>(fn: () => T): Promise<T> {
+  private run<T>(operation: string, priority: Priority, fn: () => T): Promise<T> {
+    const giveUpAt = performance.now() + this.timeoutMs;
     return new Promise<T>((resolve, reject) => {
-      setImmediate(() => {
+      let slices = 0;
+      const attempt = (): void => {
         if (this.closed) {
           reject(new ClosedError('sqlite store'));
           return;
         }
-        try {
-          resolve(fn());
-        } catch (err) {
-          reject(this.translate(err));
+        const sliceEnd = Math.min(performance.now() + SLICE_MS[priority], giveUpAt);
+        for (;;) {
+          try {
+            // An append stands back while another process's lease call waits for the lock.
+            if (priority === 'bulk' && this.leaseWait.isUp()) throw new LeaseWaiting();
+            resolve(fn());
+            if (priority === 'bulk') this.bulkDoneAt = performance.now();
+            else if (priority === 'lease') this.leaseWait.lower();
+            return;
+          } catch (err) {
+            if (!isBusy(err) && !(err instanceof LeaseWaiting)) {
+              reject(this.translate(err));
+              return;
+            }
+            const now = performance.now();
+            this.contendedAt = now;
+            if (priority === 'lease') this.leaseWait.raise();
+            if (now >= giveUpAt) {
+              reject(
+                new StoreUnavailableError(
+                  `sqlite store ${this.path}: ${operation} found the database locked by other processes for ${this.timeoutMs} ms; nothing was written`,
+                  { cause: err },
+                ),
+              );
+              return;
+            }
+            if (now >= sliceEnd || err instanceof LeaseWaiting) break;
+          }
+          sleepSync(POLL_GAP_MS[priority] * (0.5 + Math.random()));
         }
-      });
+        slices++;
+        if (priority === 'lease') setImmediate(attempt);
+        else {
+          const backoff = Math.min(2 ** (slices - 2), BULK_BACKOFF_MAX_MS) * (0.5 + Math.random() / 2);
+          setTimeout(attempt, Math.min(backoff, Math.max(0, giveUpAt - performance.now())));
+        }
+      };
+      const now = performance.now();
+      if (priority === 'bulk' && now - this.contendedAt < CONTENDED_MS && now - this.bulkDoneAt < POLITE_GAP_MS) setTimeout(attempt, POLITE_GAP_MS);
+      else setImmediate(attempt);
     });
   }
 

@@ -2,7 +2,9 @@
  * A term read from a store that tenure cannot use exactly (beyond 2^53 - 1, planted by hand or by
  * another program) is a StoreDataError on every store, never a number to bump or write back (a
  * REAL in SQLite); and an elector over such a row keeps its loop: it reports the error once,
- * backs off, and leads as soon as the row is repaired.
+ * backs off, and leads as soon as the row is repaired. Nothing is written on any store, including
+ * those that bump the term in their own statement or script (PostgreSQL, Redis): the term stays
+ * as planted and no owner is set; a release at 2^53 - 1 hands nothing over to a waiter.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -95,6 +95,18 @@ export function nextTerm(lease: string, term: number): number {
   return term + 1;
 }
 
+/**
+ * The error for a lease whose store refused, in its own statement or script, to issue the term after
+ * `value` (PostgreSQL and Redis bump terms server-side and write nothing past 2^53 - 1). Throws
+ * decodeTerm's error instead when `value` itself is beyond the safe-integer range.
+ */
+export function termExhausted(store: string, lease: string, value: unknown): StoreDataError {
+  const term = decodeTerm(store, lease, value);
+  return new StoreDataError(
+    `${store} store: lease ${JSON.stringify(lease)} is at term ${term}, the highest tenure can issue; no new term can be issued (nothing was written)`,
+  );
+}
+
 export function checkToken(field: string, value: unknown): FencingToken {
   if (typeof value !== 'object' || value === null) throw new InvalidArgumentError(field, 'expected a fencing token { lease, term }');
   const token = value as Partial<FencingToken>;

@@ -6,23 +6,51 @@
  */
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
-import { DriverMissingError } from '../core/index.js';
+import { DriverMissingError, StoreDataError } from '../core/index.js';
 import type { Clock } from '../core/index.js';
 import type { Redis, RedisOptions } from 'ioredis';
 
-/** SET NX PX, then INCR of the generation counter in the same script: the token is ordered exactly as the key's holders. */
+/**
+ * Counters never pass 2^53 - 1, the highest token tenure issues: an INCR that passes it (its reply,
+ * a Lua double, is exact up to 2^53) is taken back by DECR (exact, on the server) in the same
+ * atomic script, with anything else the script set, and the counter as stored is replied
+ * instead: nothing is written. One comparison on a grant's path.
+ */
+const MAX_TOKEN = String(Number.MAX_SAFE_INTEGER);
+
+/**
+ * SET NX PX, then INCR of the generation counter in the same script: the token is ordered exactly
+ * as the key's holders. Reply: the token, 0 when refused, {-1, counter} when the counter is at its top.
+ */
 const ACQUIRE_COUNTED = `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+  local n = redis.call('INCR', KEYS[2])
+  if n > ${MAX_TOKEN} then
+    redis.call('DECR', KEYS[2])
+    redis.call('DEL', KEYS[1])
+    return {-1, redis.call('GET', KEYS[2])}
+  end
+  return n
 end
 return 0`;
+
+/** INCR of a counter on its own (redisCounter after quorum). Reply: the value, or {-1, counter} at its top. */
+const INCREMENT = `
+local n = redis.call('INCR', KEYS[1])
+if n > ${MAX_TOKEN} then
+  redis.call('DECR', KEYS[1])
+  return {-1, redis.call('GET', KEYS[1])}
+end
+return n`;
 
 /**
  * The quorum counter's acquire: SET NX PX; on a grant INCR the counter, else read it. Replies
  * {granted, counter, marker, trusted, probation}: `marker` is this server's origin ('genesis',
  * 'reborn' or '' when it has none: new or emptied), `trusted` whether its counter for this resource
  * may be counted (a genesis server's always; a reborn server's only once a write-back after its
- * probation vouched for it), `probation` 1 while a reborn server is in probation.
+ * probation vouched for it), `probation` 1 while a reborn server is in probation. A counter at
+ * 2^53 - 1 is not bumped (see MAX_TOKEN): the key is not taken either, and the reply is
+ * {-1, counter as stored}.
  * KEYS: resource, counter, trust, marker, probation. ARGV: value, ttl.
  */
 const ACQUIRE_QUORUM = `
@@ -31,6 +59,11 @@ local n
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   granted = 1
   n = redis.call('INCR', KEYS[2])
+  if n > ${MAX_TOKEN} then
+    redis.call('DECR', KEYS[2])
+    redis.call('DEL', KEYS[1])
+    return {-1, redis.call('GET', KEYS[2])}
+  end
 else
   n = tonumber(redis.call('GET', KEYS[2]) or '0')
 end
@@ -97,14 +130,20 @@ class Script {
 
 const acquireCounted = new Script(ACQUIRE_COUNTED);
 const acquireQuorum = new Script(ACQUIRE_QUORUM);
+const incrementScript = new Script(INCREMENT);
 const writeBackScript = new Script(WRITE_BACK);
 const extendScript = new Script(EXTEND);
 const releaseScript = new Script(RELEASE);
 
-/** What one instance said: granted (with the counter value when it counted), refused, or unknown. */
+/**
+ * What one instance said: granted (with the counter value when it counted), refused, unknown, or
+ * exhausted: its counter is at 2^53 - 1 (or beyond, set by hand), no token can follow, and the
+ * script wrote nothing (`counter` as the server keeps it).
+ */
 export type InstanceReply =
   | { readonly kind: 'granted'; readonly term: number | null }
   | { readonly kind: 'refused' }
+  | { readonly kind: 'exhausted'; readonly counter: string }
   | { readonly kind: 'unknown'; readonly reason: string };
 
 /** The keys of the quorum counter on one server, for one resource. */
@@ -121,6 +160,7 @@ export type QuorumMarker = 'genesis' | 'reborn' | '';
 /** What one instance said to a quorum-counter acquire. */
 export type QuorumReply =
   | { readonly kind: 'granted' | 'refused'; readonly counter: number; readonly marker: QuorumMarker; readonly trusted: boolean; readonly probation: boolean }
+  | { readonly kind: 'exhausted'; readonly counter: string }
   | { readonly kind: 'unknown'; readonly reason: string };
 
 export class RedlockInstance {
@@ -141,7 +181,9 @@ export class RedlockInstance {
       return this.bounded(timeoutMs, async () => ((await this.client.set(key, value, 'PX', ttlMs, 'NX')) === 'OK' ? { kind: 'granted', term: null } : { kind: 'refused' }));
     }
     return this.bounded(timeoutMs, async () => {
-      const n = Number(await acquireCounted.run(this.client, [key, counterKey], [value, ttlMs]));
+      const reply = await acquireCounted.run(this.client, [key, counterKey], [value, ttlMs]);
+      if (Array.isArray(reply)) return { kind: 'exhausted', counter: String(reply[1]) };
+      const n = Number(reply);
       return n > 0 ? { kind: 'granted', term: n } : { kind: 'refused' };
     });
   }
@@ -150,6 +192,7 @@ export class RedlockInstance {
   lockQuorum(key: string, value: string, ttlMs: number, timeoutMs: number, keys: QuorumKeys): Promise<QuorumReply> {
     return this.bounded<QuorumReply>(timeoutMs, async () => {
       const reply = (await acquireQuorum.run(this.client, [key, keys.counter, keys.trust, keys.marker, keys.probation], [value, ttlMs])) as [number, number, string, number, number];
+      if (reply[0] === -1) return { kind: 'exhausted', counter: String(reply[1]) };
       const marker = reply[2] === 'genesis' || reply[2] === 'reborn' ? reply[2] : '';
       return { kind: reply[0] === 1 ? 'granted' : 'refused', counter: Number(reply[1]), marker, trusted: reply[3] === 1, probation: reply[4] === 1 };
     });
@@ -179,9 +222,13 @@ export class RedlockInstance {
     return this.bounded(timeoutMs, async () => (Number(await releaseScript.run(this.client, [key], [value])) === 1 ? { kind: 'granted', term: null } : { kind: 'refused' }));
   }
 
-  /** INCR `counterKey`; throws on error or timeout. */
+  /** INCR `counterKey`; throws on error or timeout, StoreDataError (nothing written) when it is at 2^53 - 1. */
   async increment(counterKey: string, timeoutMs: number): Promise<number> {
-    const reply = await this.bounded<InstanceReply>(timeoutMs, async () => ({ kind: 'granted', term: await this.client.incr(counterKey) }));
+    const reply = await this.bounded<InstanceReply>(timeoutMs, async () => {
+      const n = await incrementScript.run(this.client, [counterKey], []);
+      return Array.isArray(n) ? { kind: 'exhausted', counter: String(n[1]) } : { kind: 'granted', term: Number(n) };
+    });
+    if (reply.kind === 'exhausted') throw counterExhausted(this.address, counterKey, reply.counter);
     if (reply.kind !== 'granted' || reply.term === null) throw new Error(`${this.address}: ${reply.kind === 'unknown' ? reply.reason : 'no counter value'}`);
     return reply.term;
   }
@@ -203,6 +250,14 @@ export class RedlockInstance {
       );
     });
   }
+}
+
+/** The error for a counter at 2^53 - 1 or beyond: no token can follow it, and nothing was written. */
+export function counterExhausted(address: string, counterKey: string, counter: string): StoreDataError {
+  return new StoreDataError(
+    `redlock: the fencing counter ${JSON.stringify(counterKey)} on ${address} is at ${counter.slice(0, 40)}, ` +
+      `at or beyond ${MAX_TOKEN}, the highest token tenure can issue; no new token can be issued (nothing was written)`,
+  );
 }
 
 const require = createRequire(import.meta.url);

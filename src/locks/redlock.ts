@@ -31,6 +31,7 @@ import {
   InvalidArgumentError,
   LockTimeoutError,
   NotLeaderError,
+  StoreDataError,
   checkMs,
   checkName,
   checkTtl,
@@ -43,7 +44,11 @@ import {
 import type { Clock, FencingToken, Random } from '../core/index.js';
 import type { Redis } from 'ioredis';
 import { RedlockInstance } from './redlock-instance.js';
+import { counterExhausted } from './redlock-instance.js';
 import type { InstanceReply, QuorumKeys, QuorumReply } from './redlock-instance.js';
+
+/** A quorum-counter reply from a server whose counter can still grow. */
+type CountedReply = Exclude<QuorumReply, { kind: 'exhausted' }>;
 import { quorumCounter } from './redlock-fencing.js';
 import type { GenerationClock, GenerationContext } from './redlock-fencing.js';
 import type { AcquireOptions, LockHandle } from './lock.js';
@@ -255,11 +260,23 @@ export class Redlock implements AsyncDisposable {
       void this.releaseEverywhere(resource, value, timeoutMs);
       return { reason };
     };
+    // A counter at 2^53 - 1 (its script wrote nothing): no token can ever follow, so waiting
+    // cannot help. Undo the other servers' grants and fail with the StoreDataError.
+    const exhausted = replies.findIndex((r) => r.kind === 'exhausted');
+    if (exhausted >= 0) {
+      fail('');
+      const key = quorumKeys ? quorumKeys.counter : counter!.counterKey(resource);
+      throw counterExhausted(this.instances[exhausted]!.address, key, (replies[exhausted] as { counter: string }).counter);
+    }
     if (granted < this.quorum) return fail(this.describe(replies, granted));
     if (this.clock.now() >= deadline) return fail(`quorum of ${granted}/${this.instances.length} came after the validity of ${ttlMs} ms had passed`);
     let term: number | null = null;
     if (quorumSpec && quorumKeys) {
-      const outcome = await this.quorumToken(replies as QuorumReply[], quorumKeys, quorumSpec.probationMs(ttlMs, timeoutMs), timeoutMs);
+      const outcome = await this.quorumToken(replies as CountedReply[], quorumKeys, quorumSpec.probationMs(ttlMs, timeoutMs), timeoutMs);
+      if (outcome instanceof StoreDataError) {
+        fail('');
+        throw outcome;
+      }
       if (typeof outcome === 'string') return fail(`quorum reached, but the quorum-counter generation clock gave no token: ${outcome}`);
       term = outcome;
       if (this.clock.now() >= deadline) return fail(`the fencing token came after the validity of ${ttlMs} ms had passed`);
@@ -279,6 +296,10 @@ export class Redlock implements AsyncDisposable {
       try {
         term = await this.fencing.next(context());
       } catch (err) {
+        if (err instanceof StoreDataError) {
+          fail(''); // a counter at its top (nothing written): waiting cannot help
+          throw err;
+        }
         return fail(`quorum reached, but the ${this.fencing.kind} generation clock gave no token: ${err instanceof Error ? err.message : String(err)}`);
       }
       if (this.clock.now() >= deadline) {
@@ -296,10 +317,11 @@ export class Redlock implements AsyncDisposable {
    * The quorum counter's token for an acquisition that reached quorum: the highest counter among
    * a majority of servers that can vouch for theirs (a granting server's value was bumped by its
    * acquire script; a refusing one's is read, so one more than it), then written back to a
-   * majority as max(counter, token). Returns the token, or why there is none.
+   * majority as max(counter, token). Returns the token, or why there is none (a StoreDataError
+   * when the token would pass 2^53 - 1: then nothing was written back).
    */
-  private async quorumToken(replies: readonly QuorumReply[], keys: QuorumKeys, probationMs: number, timeoutMs: number): Promise<number | string> {
-    const answered = replies.filter((r): r is Exclude<QuorumReply, { kind: 'unknown' }> => r.kind !== 'unknown');
+  private async quorumToken(replies: readonly CountedReply[], keys: QuorumKeys, probationMs: number, timeoutMs: number): Promise<number | string | StoreDataError> {
+    const answered = replies.filter((r): r is Exclude<CountedReply, { kind: 'unknown' }> => r.kind !== 'unknown');
     // A new deployment: every server answered and none has a marker yet. Otherwise a server
     // without one was emptied (or is new beside servers in use): it does not count.
     const genesis = answered.length === this.instances.length && answered.every((r) => r.marker === '');
@@ -317,7 +339,13 @@ export class Redlock implements AsyncDisposable {
     }
     let token = 0;
     for (const r of counted) token = Math.max(token, r.kind === 'granted' ? r.counter : r.counter + 1);
-    if (!Number.isSafeInteger(token) || token < 1) return `counter value ${token} is out of range`;
+    if (!Number.isSafeInteger(token) || token < 1) {
+      // A refusing server's counter at 2^53 - 1 or beyond (set by hand): no token can follow it.
+      return new StoreDataError(
+        `redlock: resource ${JSON.stringify(keys.counter)}: the quorum counter gives token ${token}, not an integer in [1, ${Number.MAX_SAFE_INTEGER}]; ` +
+          'no new token can be issued (nothing was written back)',
+      );
+    }
     const mode = genesis ? 'genesis' : 'reborn';
     // Vouch only for a reborn server this round's own read found past its probation.
     const vouch = (i: number): boolean => {

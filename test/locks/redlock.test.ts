@@ -7,10 +7,10 @@ import { createRequire } from 'node:module';
 import { createInterface } from 'node:readline';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { LockTimeoutError, NotLeaderError, StaleTermError } from '../../src/core/index.js';
+import { LockTimeoutError, NotLeaderError, StaleTermError, StoreDataError } from '../../src/core/index.js';
 import { MemoryStore } from '../../src/stores/memory/index.js';
 import { RedisStore } from '../../src/stores/redis/index.js';
-import { Redlock, RedlockTimeoutError, openRedlock, parseRedlockUrl, storeLeaseClock } from '../../src/locks/index.js';
+import { Redlock, RedlockTimeoutError, openRedlock, parseRedlockUrl, redisCounter, storeLeaseClock } from '../../src/locks/index.js';
 import type { RedlockHandle } from '../../src/locks/index.js';
 import { startServers } from '../stores/redis-servers.js';
 import type { RedisServer } from '../stores/redis-servers.js';
@@ -339,5 +339,92 @@ describe('Redlock', () => {
         await new Promise((res) => child.once('exit', res));
       }
     });
+  });
+});
+
+/**
+ * A counter at 2^53 - 1 (set by hand) can give no next token: the acquire fails at once with a
+ * StoreDataError, every counter script writes nothing (the counter as it was, the resource key not
+ * left behind), and no token past 2^53 - 1 is written back anywhere.
+ */
+describe('Redlock counters at 2^53 - 1', () => {
+  const MAX = String(Number.MAX_SAFE_INTEGER);
+  const counterKey = (r: string): string => `{tenure}:term:${r}`;
+  const admin = (i: number): Redis => {
+    const c = new Redis({ port: servers[i]!.port });
+    open.push({ close: async () => c.disconnect() });
+    return c;
+  };
+  const counters = (r: string): Promise<(string | null)[]> => Promise.all(servers.map((_, i) => admin(i).get(counterKey(r))));
+  const keysGone = async (r: string): Promise<void> => {
+    const until = Date.now() + 5000; // the undo of the other servers' grants is not awaited by the acquire
+    while ((await Promise.all(servers.map((_, i) => admin(i).exists(r)))).some((n) => n === 1)) {
+      if (Date.now() > until) throw new Error(`resource key ${r} still set somewhere after 5 s`);
+      await sleep(10);
+    }
+  };
+  const rejects = async (p: Promise<unknown>): Promise<Error> => {
+    const t0 = performance.now();
+    const err = await p.then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
+    expect(err).toBeInstanceOf(StoreDataError);
+    expect(err!.message).toMatch(/no new token can be issued/);
+    expect(performance.now() - t0).toBeLessThan(4000); // not waited out to waitMs
+    return err!;
+  };
+
+  it('quorum counter, every server at the top: StoreDataError, nothing written on any server', async () => {
+    const r = resource();
+    await Promise.all(servers.map((_, i) => admin(i).set(counterKey(r), MAX)));
+    const rl = await redlock();
+    await rejects(rl.acquire(r, { ttlMs: 2000, waitMs: 10_000 }));
+    expect(await counters(r)).toEqual([MAX, MAX, MAX]);
+    await keysGone(r);
+  });
+
+  it('quorum counter, one granting server at the top: StoreDataError, that server unchanged, no key left', async () => {
+    const r = resource();
+    await Promise.all(servers.map((_, i) => admin(i).set(counterKey(r), i === 1 ? MAX : '5')));
+    const rl = await redlock();
+    await rejects(rl.acquire(r, { ttlMs: 2000, waitMs: 10_000 }));
+    const after = await counters(r);
+    expect(after[1]).toBe(MAX);
+    for (const c of after) expect(Number(c)).toBeLessThanOrEqual(Number.MAX_SAFE_INTEGER);
+    await keysGone(r);
+  });
+
+  it('quorum counter, a refusing server at the top: StoreDataError, no token past 2^53 - 1 written back', async () => {
+    const r = resource();
+    await admin(0).set(r, 'someone-else', 'PX', 60_000);
+    await Promise.all(servers.map((_, i) => admin(i).set(counterKey(r), i === 0 ? MAX : '3')));
+    const rl = await redlock();
+    await rejects(rl.acquire(r, { ttlMs: 2000, waitMs: 10_000 }));
+    const after = await counters(r);
+    expect(after[0]).toBe(MAX);
+    for (const c of after) expect(Number(c)).toBeLessThanOrEqual(Number.MAX_SAFE_INTEGER);
+    expect(await admin(0).get(r)).toBe('someone-else');
+    await admin(0).del(r);
+    await keysGone(r);
+  });
+
+  it('single-server counter in the acquire script: StoreDataError, the counter unchanged, no key left', async () => {
+    const r = resource();
+    await admin(0).set(counterKey(r), MAX);
+    const rl = await redlock({ fencing: redisCounter({ instance: 0 }) });
+    await rejects(rl.acquire(r, { ttlMs: 2000, waitMs: 10_000 }));
+    expect((await counters(r))[0]).toBe(MAX);
+    await keysGone(r);
+  });
+
+  it('counter on a separate Redis: StoreDataError, the counter unchanged, no key left', async () => {
+    const r = resource();
+    const separate = admin(2);
+    await separate.set(`{sep}:term:${r}`, MAX);
+    const rl = await redlock({ fencing: redisCounter({ client: separate, keyPrefix: '{sep}:' }) });
+    await rejects(rl.acquire(r, { ttlMs: 2000, waitMs: 10_000 }));
+    expect(await separate.get(`{sep}:term:${r}`)).toBe(MAX);
+    await keysGone(r);
   });
 });

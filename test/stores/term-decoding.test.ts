@@ -2,7 +2,9 @@
  * A term read from a store that tenure cannot use exactly (beyond 2^53 - 1, planted by hand or by
  * another program) is a StoreDataError on every store, never a number to bump or write back (a
  * REAL in SQLite); and an elector over such a row keeps its loop: it reports the error once,
- * backs off, and leads as soon as the row is repaired.
+ * backs off, and leads as soon as the row is repaired. Nothing is written on any store, including
+ * those that bump the term in their own statement or script (PostgreSQL, Redis): the term stays
+ * as planted and no owner is set; a release at 2^53 - 1 hands nothing over to a waiter.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -38,8 +40,10 @@ interface Planted {
   setTerm(name: string, term: string): Promise<void>;
   /** The term as the store keeps it, as text (exact; a float shows as one). */
   stored(name: string): Promise<string>;
-  /** False where a store bumps the term in its own script or statement before tenure reads it. */
-  readonly checksBeforeWriting: boolean;
+  /** The holder the store keeps for `name`, read directly (SQL: the owner column, whatever its expiry; null: none). */
+  holder(name: string): Promise<string | null>;
+  /** Resolves once a candidate waits on `name` where a release can see it (hand-over), if the store has such a place. */
+  waiter?(name: string): Promise<void>;
   cleanup(): Promise<void>;
 }
 
@@ -65,7 +69,10 @@ const backends: { name: string; skip?: boolean; open(): Promise<Planted> }[] = [
       const { db } = openDatabase(path);
       return {
         store,
-        checksBeforeWriting: true,
+        holder: async (name) => {
+          const r = db.prepare('SELECT owner FROM tenure_leases WHERE name = ?').get(name);
+          return r ? (r.owner as string | null) : null;
+        },
         setTerm: async (name, term) => {
           db.prepare(`UPDATE tenure_leases SET term = ${term} WHERE name = ?`).run(name);
         },
@@ -90,7 +97,15 @@ const backends: { name: string; skip?: boolean; open(): Promise<Planted> }[] = [
       await admin.connect();
       return {
         store,
-        checksBeforeWriting: false,
+        holder: async (name) =>
+          ((await admin.query('SELECT owner FROM tenure_leases WHERE name = $1', [name])).rows[0]?.owner as string | null | undefined) ?? null,
+        waiter: async (name) => {
+          const until = Date.now() + 10_000;
+          while ((await admin.query('SELECT 1 FROM tenure_waiters WHERE name = $1 AND expires_at > now()', [name])).rowCount === 0) {
+            if (Date.now() > until) throw new Error('no reservation appeared within 10 s');
+            await new Promise((r) => setTimeout(r, 10));
+          }
+        },
         setTerm: async (name, term) => {
           await admin.query(`UPDATE tenure_leases SET term = ${term} WHERE name = $1`, [name]);
         },
@@ -111,7 +126,10 @@ const backends: { name: string; skip?: boolean; open(): Promise<Planted> }[] = [
       const admin = await mysql.createConnection({ uri: database.url, supportBigNumbers: true, bigNumberStrings: true });
       return {
         store,
-        checksBeforeWriting: true,
+        holder: async (name) => {
+          const [rows] = await admin.query('SELECT owner FROM tenure_leases WHERE name = ?', [name]);
+          return ((rows as { owner: string | null }[])[0]?.owner ?? null) as string | null;
+        },
         setTerm: async (name, term) => {
           await admin.query(`UPDATE tenure_leases SET term = ${term} WHERE name = ?`, [name]);
         },
@@ -136,7 +154,10 @@ const backends: { name: string; skip?: boolean; open(): Promise<Planted> }[] = [
       const termKey = (name: string) => `${keyPrefix}term:${name}`;
       return {
         store,
-        checksBeforeWriting: false,
+        holder: async (name) => {
+          const v = await admin.get(`${keyPrefix}lease:${name}`);
+          return v === null ? null : v.slice(0, v.indexOf('\n'));
+        },
         setTerm: async (name, term) => {
           await admin.set(termKey(name), term);
         },
@@ -160,7 +181,11 @@ const backends: { name: string; skip?: boolean; open(): Promise<Planted> }[] = [
       const termKey = (name: string) => store.connection.layout.term(name);
       return {
         store,
-        checksBeforeWriting: true,
+        holder: async (name) => {
+          const kvs = await admin.client.getAll().prefix(store.connection.layout.candidates(name)).strings();
+          const values = Object.values(kvs);
+          return values.length === 0 ? null : (JSON.parse(values[0]!) as { owner: string }).owner;
+        },
         setTerm: async (name, term) => {
           await admin.client.put(termKey(name)).value(term);
         },
@@ -207,11 +232,28 @@ for (const backend of backends) {
         expect(err).toBeInstanceOf(StoreDataError);
         expect((err as StoreDataError).code).toBe('STORE_DATA');
         expect((err as Error).message).toMatch(new RegExp(`${backend.name} store|cannot grow|highest tenure can issue`));
-        const after = await p.stored(name);
-        expect(after).toMatch(/^integer:\d+$/); // never a REAL or an exponent
-        if (p.checksBeforeWriting) expect(after).toBe(before);
+        // Nothing written: the term as it was (never a REAL, an exponent or the next term), no holder.
+        expect(await p.stored(name)).toBe(before);
+        expect(await p.holder(name)).toBeNull();
       });
     }
+
+    it('a release at term 2^53 - 1 hands nothing over to a waiting candidate: the waiter gets the StoreDataError, nothing written', async () => {
+      const p = await open();
+      const name = `h-${randomBytes(4).toString('hex')}`;
+      await plant(p, name, String(Number.MAX_SAFE_INTEGER - 1));
+      const held = await p.store.acquire(name, 'a~1', 5000);
+      expect(held.acquired).toBe(true);
+      expect(held.lease.term).toBe(Number.MAX_SAFE_INTEGER);
+      const waiting = new Lock(p.store, name, { ttlMs: 1000 }).acquire({ waitMs: 20_000 });
+      waiting.catch(() => {}); // awaited below
+      if (p.waiter) await p.waiter(name);
+      else await new Promise((r) => setTimeout(r, 300)); // let the waiter's first acquire see the lease held
+      expect(await p.store.release(name, 'a~1', Number.MAX_SAFE_INTEGER)).toBe(true);
+      await expect(waiting).rejects.toBeInstanceOf(StoreDataError);
+      expect(await p.stored(name)).toBe(`integer:${MAX_SAFE}`);
+      expect(await p.holder(name)).toBeNull();
+    });
 
     it('a lock over such a row fails with the StoreDataError rather than waiting for ever', async () => {
       const p = await open();

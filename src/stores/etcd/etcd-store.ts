@@ -563,9 +563,13 @@ export class EtcdStore implements Store {
    * the counter and empties the waiter's waiting-room key. The waiter hears it on its watch and
    * claims it, usually with no round trip (`claimHandover`): no second commit, no race between
    * waiters.
-   * Returns false, having changed nothing, when the txn's guards fail or no one waits.
+   * Returns false, having changed nothing, when the txn's guards fail, no one waits, or the held
+   * term is 2^53 - 1 (the highest tenure issues).
    */
   private async handOver(name: string, held: HeldKey): Promise<boolean> {
+    // At term 2^53 - 1 there is no next term to hand over: a plain release, and the waiter's own
+    // acquire reports the StoreDataError.
+    if (held.term >= Number.MAX_SAFE_INTEGER) return false;
     const to = this.waiting.get(name)?.find((w) => w.owner !== held.owner && !sameLease(w.leaseId, held.leaseId));
     if (!to) return false;
     const conn = this.connection;

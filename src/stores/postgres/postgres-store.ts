@@ -36,6 +36,7 @@ import {
   checkTtl,
   decodeMeta,
   decodeTerm,
+  termExhausted,
   foreignStreamError,
   reportStale,
   encodeMeta,
@@ -241,6 +242,8 @@ export class PostgresStore implements Store {
     const sentAt = performance.now();
     const r = await this.run('acquire', (c) => this.query(c, 'acquire', [name, owner, ttlMs, metaText, extraMs]));
     const row = first(r);
+    // No row updated: the lease is free at term 2^53 - 1 (or beyond), and nothing was written.
+    if (row.acquired === null) throw termExhausted('postgres', name, row.term);
     const lease = toLease(row);
     const acquired = row.acquired === true;
     if (acquired) {

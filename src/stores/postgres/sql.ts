@@ -41,6 +41,8 @@ export function ident(name: string): string {
 /** Milliseconds left until `expr`, by the server's clock, never negative. */
 const remaining = (expr: string): string => `GREATEST(0, EXTRACT(EPOCH FROM (${expr} - now())) * 1000)::float8`;
 const LEASE_COLS = 'name, owner, term, ttl_ms, meta';
+/** The highest term tenure issues (2^53 - 1): no statement bumps a term from it or beyond. */
+const MAX_TERM = String(Number.MAX_SAFE_INTEGER);
 
 export interface PgSql {
   readonly channel: string;
@@ -133,7 +135,10 @@ export function buildSql(prefix: string): PgSql {
     // rewritten unchanged so that RETURNING always reports the holder in this same round trip).
     // With $5 > 0 (the caller waits on push), a lost acquire also keeps $2's reservation (see
     // `release`) until now + $3 + $5 ms, under a new ticket; a won one drops it. Reservations of
-    // the name that have lapsed are cleared on the way.
+    // the name that have lapsed are cleared on the way. A lease that is not live at term 2^53 - 1
+    // or above is not updated at all (no term beyond it is ever issued): the statement writes
+    // nothing and returns the row's term with `acquired` NULL, which the store reports as
+    // StoreDataError.
     acquire: `
       WITH a AS (
         INSERT INTO ${L} AS l (name, owner, term, expires_at, ttl_ms, meta)
@@ -145,6 +150,7 @@ export function buildSql(prefix: string): PgSql {
           ttl_ms     = CASE WHEN ${otherLive} THEN l.ttl_ms ELSE excluded.ttl_ms END,
           meta       = CASE WHEN ${otherLive} THEN l.meta ELSE excluded.meta END,
           handed     = CASE WHEN ${otherLive} THEN l.handed END
+        WHERE ${live('l')} OR l.term < ${MAX_TERM}
         RETURNING ${LEASE_COLS}, owner = $2 AS acquired, ${remaining('expires_at')} AS remaining_ms),
       reserved AS (
         INSERT INTO ${W} AS w (name, owner, ttl_ms, meta, expires_at, ticket)
@@ -154,9 +160,11 @@ export function buildSql(prefix: string): PgSql {
           expires_at = GREATEST(w.expires_at, excluded.expires_at), ticket = excluded.ticket
         RETURNING ticket),
       cleared AS (
-        DELETE FROM ${W} AS w WHERE w.name = $1
+        DELETE FROM ${W} AS w WHERE w.name = $1 AND EXISTS (SELECT 1 FROM a)
           AND CASE WHEN (SELECT acquired FROM a) THEN w.owner = $2 ELSE w.owner <> $2 AND w.expires_at <= now() END)
-      SELECT a.*, (SELECT ticket FROM reserved) AS ticket FROM a`,
+      SELECT a.*, (SELECT ticket FROM reserved) AS ticket FROM a
+      UNION ALL
+      SELECT l.name, NULL, l.term, NULL, NULL, NULL, NULL, NULL FROM ${L} AS l WHERE l.name = $1 AND NOT EXISTS (SELECT 1 FROM a)`,
     // Compare-and-set on owner and term of a live lease; when it fails, the live holder (if any).
     renew: `
       WITH u AS (
@@ -194,10 +202,12 @@ export function buildSql(prefix: string): PgSql {
     // handoff's critical path, and losing it in a server crash is safe — the lease then simply
     // expires at its TTL — while the next holder's acquire, a normal synchronous commit, flushes
     // the WAL up to and including it. A hand-over issues a term, so it commits as configured.
+    // At term 2^53 - 1 nothing is handed over (there is no next term): the lease is freed, and the
+    // waiter's own acquire then reports the StoreDataError.
     release: `
       WITH w AS (
         SELECT owner, ttl_ms, meta, expires_at, ticket FROM ${W}
-        WHERE $4::boolean AND name = $1 AND owner <> $2 AND expires_at > now() + (ttl_ms + ${HANDOVER_SLACK_MS}) * interval '1 millisecond'
+        WHERE $4::boolean AND $3::bigint < ${MAX_TERM} AND name = $1 AND owner <> $2 AND expires_at > now() + (ttl_ms + ${HANDOVER_SLACK_MS}) * interval '1 millisecond'
         ORDER BY expires_at DESC LIMIT 1),
       sync AS (
         SELECT set_config('synchronous_commit',

@@ -28,6 +28,7 @@ import {
   checkTtl,
   decodeMeta,
   decodeTerm,
+  termExhausted,
   foreignStreamError,
   reportStale,
   encodeMeta,
@@ -166,6 +167,8 @@ export class RedisStore implements Store {
       [this.key('lease', name), this.key('term', name), this.key('names')],
       [name, owner, ttlMs, metaText, this.key('events', name)],
     );
+    // The script wrote nothing: the lease is free at term 2^53 - 1 (or beyond), no next term.
+    if (Array.isArray(reply) && reply[0] === -1) throw termExhausted('redis', name, reply[1]);
     const lease = this.leaseReply('acquire', name, reply, ttlMs);
     if (lease === null) throw this.badReply('acquire', reply);
     return { acquired: typeof reply === 'string', lease };

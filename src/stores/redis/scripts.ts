@@ -34,7 +34,11 @@ import { LuaScript } from './driver.js';
  * A free lease goes to owner with the next term (INCR of the term key, which never expires, so a
  * term never repeats while the server keeps its data); a live lease of the same owner is extended
  * with the same term (and the new ttl and meta); a live lease of another owner is reported.
- * Reply: the new value, or {0, value, pttl} when another owner holds the lease.
+ * No term beyond 2^53 - 1 is issued: when the INCR passes it (one comparison on the hot path; the
+ * INCR's reply, a Lua double, is exact up to 2^53) the script takes it back with DECR (exact, on
+ * the server) before anything else is written and replies {-1, term as stored}: the term key ends
+ * as it was, and no lease is set or published. A key at 2^63 - 1 makes the INCR itself fail.
+ * Reply: the new value, {0, value, pttl} when another owner holds the lease, or {-1, term}.
  */
 export const acquireScript = new LuaScript(
   'acquire',
@@ -51,6 +55,10 @@ if v then
   return v
 end
 local term = redis.call('INCR', KEYS[2])
+if term > 9007199254740991 then
+  redis.call('DECR', KEYS[2])
+  return {-1, redis.call('GET', KEYS[2])}
+end
 v = ARGV[2] .. '\\n' .. string.format('%d', term) .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4]
 redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
 if term == 1 then redis.call('ZADD', KEYS[3], 0, ARGV[1]) end

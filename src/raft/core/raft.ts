@@ -176,15 +176,19 @@ export class Raft {
 
   // ---------------------------------------------------------------- role transitions
 
-  /** Moves to `term` (never backwards) and clears per-term volatile state. */
-  private reset(term: number): void {
+  /**
+   * Moves to `term` (never backwards) and clears per-term volatile state. The election timeout
+   * is drawn again, in [T, 2T); the ticks elapsed restart from 0 unless `keepElapsed` (see
+   * `step` on a vote request).
+   */
+  private reset(term: number, keepElapsed = false): void {
     if (term !== this.term) {
       invariant(term > this.term, () => `term would go back from ${this.term} to ${term}`);
       this.term = term;
       this.vote = NONE;
     }
     this.lead = NONE;
-    this.electionElapsed = 0;
+    if (!keepElapsed) this.electionElapsed = 0;
     this.heartbeatElapsed = 0;
     this.randomizedElectionTimeout = this.electionTimeout + randomInt(this.random, 0, this.electionTimeout);
     this.leadTransferee = NONE;
@@ -202,8 +206,8 @@ export class Raft {
     this.pendingReadIndex = [];
   }
 
-  becomeFollower(term: number, lead: NodeId): void {
-    this.reset(term);
+  becomeFollower(term: number, lead: NodeId, keepElapsed = false): void {
+    this.reset(term, keepElapsed);
     this.lead = lead;
     this.role = 'follower';
   }
@@ -465,6 +469,15 @@ export class Raft {
         // A granted pre-vote carries the term the pre-candidate asked for; it is counted below.
       } else if (m.type === 'app' || m.type === 'heartbeat' || m.type === 'snap') {
         this.becomeFollower(m.term, m.from);
+      } else if (m.type === 'vote') {
+        // Take the term (and a fresh random timeout), but keep counting the ticks elapsed: the
+        // count restarts below only if the vote is granted (Raft paper, Figure 2: a follower
+        // campaigns when its timeout passes "without receiving AppendEntries from the current
+        // leader or granting vote to a candidate"). etcd restarts it on every term change; then,
+        // without PreVote, candidates whose logs are too short to win keep restarting the timer
+        // of the only node that can win, and the group can stay leaderless for many rounds
+        // (simulator seed 717508).
+        this.becomeFollower(m.term, NONE, true);
       } else {
         this.becomeFollower(m.term, NONE);
       }

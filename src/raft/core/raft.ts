@@ -543,7 +543,11 @@ export class Raft {
       case 'prop':
         return this.propose(m);
       case 'readIndex':
-        if (this.tracker.isSingleton()) {
+        // Alone a quorum (one voter, or a joint configuration whose halves are both just this
+        // node): no heartbeat round could confirm more, and none would be answered (nobody else
+        // acks), so answer now. Checking only for a single non-joint voter left reads on the
+        // joint (1) && (1) waiting forever (simulator seed 920709).
+        if (this.tracker.isQuorumAlone(this.id)) {
           this.answerReadIndex(m, this.log.committed);
           return undefined;
         }

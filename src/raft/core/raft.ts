@@ -458,7 +458,11 @@ export class Raft {
     } else if (m.term > this.term) {
       if (m.type === 'vote' || m.type === 'preVote') {
         const force = m.context === TRANSFER_CONTEXT;
-        const inLease = this.checkQuorum && this.lead !== NONE && this.electionElapsed < this.electionTimeout;
+        // A leader never campaigns: a request from the leader this node remembers proves that
+        // leader has stepped down (or crashed and restarted), so its lease protects nobody.
+        // Ignoring it left a restarted leader unable to win while its old heartbeats, delayed
+        // in the network, kept renewing the lease it no longer held (simulator seed 917564).
+        const inLease = this.checkQuorum && this.lead !== NONE && this.lead !== m.from && this.electionElapsed < this.electionTimeout;
         // Heard from a live leader within the election timeout: a candidate asking for a higher
         // term is probably a node rejoining from a partition; ignore it rather than depose the leader.
         if (!force && inLease) return undefined;

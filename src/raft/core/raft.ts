@@ -274,6 +274,8 @@ export class Raft {
       if (this.checkQuorum) this.step(message({ type: 'checkQuorum', from: this.id }));
       // A transfer that has not finished within an election timeout is abandoned.
       if (this.role === 'leader' && this.leadTransferee !== NONE) this.leadTransferee = NONE;
+      // A leader that is no longer a voter tries again, perhaps with another voter.
+      if (this.role === 'leader' && !this.tracker.isVoter(this.id)) this.handOver();
     }
     if (this.role !== 'leader') return;
     this.maybeAutoLeave();
@@ -607,6 +609,10 @@ export class Raft {
           // Nothing new to send, but the follower may not know the commit index yet.
           if (!sent && pr.canBumpCommit(this.log.committed)) this.maybeSendAppend(m.from, true);
           if (m.from === this.leadTransferee && pr.match === this.log.lastIndex()) {
+            if (!this.tracker.isVoter(this.id)) {
+              this.finishHandOver(m.from);
+              return undefined;
+            }
             this.send(message({ type: 'timeoutNow', to: m.from }));
           }
         }
@@ -878,14 +884,6 @@ export class Raft {
     }
     this.useConfig(res);
     const cs = this.tracker.confState();
-    const self = this.tracker.progress.get(this.id);
-    if (this.role === 'leader' && (self === undefined || self.isLearner)) {
-      // Removed or demoted: tell the others the commit index, then step down so that a member
-      // of the new configuration takes over.
-      this.bcastHeartbeat();
-      this.becomeFollower(this.term, NONE);
-      return cs;
-    }
     if (this.role !== 'leader') return cs;
     if (this.maybeCommit()) {
       this.releasePendingReadIndex();
@@ -894,7 +892,50 @@ export class Raft {
       this.forEachPeer((id) => this.maybeSendAppend(id, false));
     }
     if (this.leadTransferee !== NONE && !this.tracker.isVoter(this.leadTransferee)) this.leadTransferee = NONE;
+    // Removed or demoted: hand leadership over to a voter of the new configuration.
+    if (!this.tracker.isVoter(this.id) && this.leadTransferee === NONE) this.handOver();
     return cs;
+  }
+
+  /**
+   * A leader that its configuration no longer lists as a voter (removed, or demoted to learner)
+   * keeps leading, refusing proposals, until the voter with the most of its log has all of it;
+   * then it sends that voter TimeoutNow and steps down (retried each election timeout).
+   *
+   * Stepping down at once, as this core did (and etcd does with StepDownOnRemoval), can stall
+   * the group for good: the old leader's last heartbeat carrying the commit index of its own
+   * removal may be lost, so the remaining voters still count it as a voter and need its vote,
+   * which it refuses because its log holds entries they lack; and, no longer a voter in its own
+   * eyes, it never campaigns (simulator seeds 913135, 914979, 920297, 925599, 928717). Once a
+   * voter has the old leader's whole log, every node grants it the vote its configuration needs.
+   */
+  private handOver(): void {
+    let best: NodeId = NONE;
+    let bestMatch = -1;
+    for (const id of this.tracker.voterIds()) {
+      const pr = this.tracker.progress.get(id);
+      if (id === this.id || pr === undefined) continue;
+      if (pr.match > bestMatch) {
+        best = id;
+        bestMatch = pr.match;
+      }
+    }
+    if (best === NONE) {
+      // Not reachable (a configuration keeps at least one voter), but never lead a group of none.
+      this.becomeFollower(this.term, NONE);
+      return;
+    }
+    this.electionElapsed = 0;
+    this.leadTransferee = best;
+    if (bestMatch === this.log.lastIndex()) this.finishHandOver(best);
+    else this.sendAppend(best);
+  }
+
+  private finishHandOver(to: NodeId): void {
+    // Tell the others the commit index, then let `to` campaign at once.
+    this.bcastHeartbeat();
+    this.send(message({ type: 'timeoutNow', to }));
+    this.becomeFollower(this.term, NONE);
   }
 
   /**

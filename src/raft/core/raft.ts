@@ -739,6 +739,10 @@ export class Raft {
   private stepFollower(m: Message): DropReason | undefined {
     switch (m.type) {
       case 'prop':
+        // A node its own configuration no longer lists gets no more entries from the leader: it
+        // could never report the proposal applied, nor serve a read. Refuse at once rather than
+        // leave the client waiting for its timeout (simulator seed 3222729836).
+        if (!this.tracker.progress.has(this.id)) return 'not-a-member';
         if (this.lead === NONE) return 'no-leader';
         if (this.disableProposalForwarding) return 'forwarding-disabled';
         this.send({ ...m, to: this.lead });
@@ -758,8 +762,12 @@ export class Raft {
         this.lead = m.from;
         this.handleSnapshot(m);
         return undefined;
-      case 'transferLeader':
       case 'readIndex':
+        if (!this.tracker.progress.has(this.id)) return 'not-a-member';
+        if (this.lead === NONE) return 'no-leader';
+        this.send({ ...m, to: this.lead });
+        return undefined;
+      case 'transferLeader':
         if (this.lead === NONE) return 'no-leader';
         this.send({ ...m, to: this.lead });
         return undefined;

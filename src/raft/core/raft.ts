@@ -448,6 +448,31 @@ export class Raft {
     }
   }
 
+  /**
+   * What a refusal of (pre)vote request `m` tells the candidate about commitment: `commit` is an
+   * index of the candidate's log (at most its last index) that this node knows committed, with
+   * its term in `logTerm`; 0 when there is nothing to tell.
+   *
+   * Not in etcd. A candidate can be refused for good by nodes that can never campaign: a leader
+   * removed or demoted by a conf change, which crashed (or lost its quorum) before the others
+   * learnt that the change committed, has a longer log than the remaining voters, who still count
+   * it as a voter and need its vote (simulator seeds 3222745857 and 3222756919). Committed is
+   * committed whoever says it: if the candidate holds the same entry at `commit` (same term), its
+   * log matches this one up to there, so that prefix is committed; the candidate applies the conf
+   * change and no longer needs the refusing node's vote.
+   */
+  private commitHint(m: Message): { commit: number; logTerm: number } {
+    const k = Math.min(this.log.committed, m.index);
+    const t = k > 0 ? this.log.term(k) : undefined;
+    return t === undefined ? { commit: 0, logTerm: 0 } : { commit: k, logTerm: t };
+  }
+
+  /** Takes the commit index a refused (pre)vote carries (see commitHint), if this log has that entry. */
+  private takeCommitHint(m: Message): void {
+    if (this.role === 'leader' || m.commit <= this.log.committed) return;
+    if (this.log.matchTerm(m.commit, m.logTerm)) this.log.commitTo(m.commit);
+  }
+
   // ---------------------------------------------------------------- step
 
   /**
@@ -455,6 +480,7 @@ export class Raft {
    * taken (the caller decides whether that is an error), undefined otherwise.
    */
   step(m: Message): DropReason | undefined {
+    if ((m.type === 'voteResp' || m.type === 'preVoteResp') && m.reject) this.takeCommitHint(m);
     if (m.term === 0) {
       // local message
     } else if (m.term > this.term) {
@@ -494,7 +520,7 @@ export class Raft {
         // because this node ignores its messages and never campaigns against it.
         this.send(message({ type: 'appResp', to: m.from }));
       } else if (m.type === 'preVote') {
-        this.send(message({ type: 'preVoteResp', to: m.from, term: this.term, reject: true }));
+        this.send(message({ type: 'preVoteResp', to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
       }
       return undefined;
     }
@@ -517,7 +543,7 @@ export class Raft {
             this.grantVote(m.from);
           }
         } else {
-          this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true }));
+          this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
         }
         return undefined;
       }

@@ -81,6 +81,10 @@ const STALLED_BEFORE: readonly { seed: number; nodes: number; cause: string }[] 
   // Found in a 100,000-seed run from a random offset after the fixes above: clients stuck on
   // requests that removed nodes took and could never answer: removed_node_refuses_requests.txt.
   { seed: 3222729836, nodes: 5, cause: 'removed node took requests it could never answer' },
+  // Found in the same run: a removed or demoted leader crashed before handing over, and the
+  // remaining voter never learnt its removal committed: removed_leader_crash_commit_hint.txt.
+  { seed: 3222745857, nodes: 3, cause: 'removed leader crashed before handing over' },
+  { seed: 3222756919, nodes: 3, cause: 'demoted leader crashed before handing over' },
 ];
 
 describe('raft simulation', () => {

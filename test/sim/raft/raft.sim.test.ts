@@ -85,6 +85,7 @@ const STALLED_BEFORE: readonly { seed: number; nodes: number; cause: string }[] 
   // remaining voter never learnt its removal committed: removed_leader_crash_commit_hint.txt.
   { seed: 3222745857, nodes: 3, cause: 'removed leader crashed before handing over' },
   { seed: 3222756919, nodes: 3, cause: 'demoted leader crashed before handing over' },
+  { seed: 3222826417, nodes: 3, cause: 'demoted leader crashed before handing over' },
 ];
 
 describe('raft simulation', () => {

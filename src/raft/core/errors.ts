@@ -39,7 +39,7 @@ const reasonText: Record<DropReason, string> = {
   'no-leader': 'no leader is known',
   'forwarding-disabled': 'this node is not the leader and proposal forwarding is disabled',
   'transferring-leadership': 'leadership is being transferred',
-  'not-a-member': 'the leader is not a member of the current configuration',
+  'not-a-member': 'this node is not a member of its configuration',
   'uncommitted-size-limit': 'the uncommitted log is at its size limit',
   'read-index-queue-full': "too many reads already wait for the new leader's first commit",
   'conf-change-pending': 'an earlier conf change is not applied yet',

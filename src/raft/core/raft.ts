@@ -176,15 +176,19 @@ export class Raft {
 
   // ---------------------------------------------------------------- role transitions
 
-  /** Moves to `term` (never backwards) and clears per-term volatile state. */
-  private reset(term: number): void {
+  /**
+   * Moves to `term` (never backwards) and clears per-term volatile state. The election timeout
+   * is drawn again, in [T, 2T); the ticks elapsed restart from 0 unless `keepElapsed` (see
+   * `step` on a vote request).
+   */
+  private reset(term: number, keepElapsed = false): void {
     if (term !== this.term) {
       invariant(term > this.term, () => `term would go back from ${this.term} to ${term}`);
       this.term = term;
       this.vote = NONE;
     }
     this.lead = NONE;
-    this.electionElapsed = 0;
+    if (!keepElapsed) this.electionElapsed = 0;
     this.heartbeatElapsed = 0;
     this.randomizedElectionTimeout = this.electionTimeout + randomInt(this.random, 0, this.electionTimeout);
     this.leadTransferee = NONE;
@@ -202,8 +206,8 @@ export class Raft {
     this.pendingReadIndex = [];
   }
 
-  becomeFollower(term: number, lead: NodeId): void {
-    this.reset(term);
+  becomeFollower(term: number, lead: NodeId, keepElapsed = false): void {
+    this.reset(term, keepElapsed);
     this.lead = lead;
     this.role = 'follower';
   }
@@ -270,6 +274,8 @@ export class Raft {
       if (this.checkQuorum) this.step(message({ type: 'checkQuorum', from: this.id }));
       // A transfer that has not finished within an election timeout is abandoned.
       if (this.role === 'leader' && this.leadTransferee !== NONE) this.leadTransferee = NONE;
+      // A leader that is no longer a voter tries again, perhaps with another voter.
+      if (this.role === 'leader' && !this.tracker.isVoter(this.id)) this.handOver();
     }
     if (this.role !== 'leader') return;
     this.maybeAutoLeave();
@@ -442,6 +448,31 @@ export class Raft {
     }
   }
 
+  /**
+   * What a refusal of (pre)vote request `m` tells the candidate about commitment: `commit` is an
+   * index of the candidate's log (at most its last index) that this node knows committed, with
+   * its term in `logTerm`; 0 when there is nothing to tell.
+   *
+   * Not in etcd. A candidate can be refused for good by nodes that can never campaign: a leader
+   * removed or demoted by a conf change, which crashed (or lost its quorum) before the others
+   * learnt that the change committed, has a longer log than the remaining voters, who still count
+   * it as a voter and need its vote (simulator seeds 3222745857 and 3222756919). Committed is
+   * committed whoever says it: if the candidate holds the same entry at `commit` (same term), its
+   * log matches this one up to there, so that prefix is committed; the candidate applies the conf
+   * change and no longer needs the refusing node's vote.
+   */
+  private commitHint(m: Message): { commit: number; logTerm: number } {
+    const k = Math.min(this.log.committed, m.index);
+    const t = k > 0 ? this.log.term(k) : undefined;
+    return t === undefined ? { commit: 0, logTerm: 0 } : { commit: k, logTerm: t };
+  }
+
+  /** Takes the commit index a refused (pre)vote carries (see commitHint), if this log has that entry. */
+  private takeCommitHint(m: Message): void {
+    if (this.role === 'leader' || m.commit <= this.log.committed) return;
+    if (this.log.matchTerm(m.commit, m.logTerm)) this.log.commitTo(m.commit);
+  }
+
   // ---------------------------------------------------------------- step
 
   /**
@@ -449,12 +480,17 @@ export class Raft {
    * taken (the caller decides whether that is an error), undefined otherwise.
    */
   step(m: Message): DropReason | undefined {
+    if ((m.type === 'voteResp' || m.type === 'preVoteResp') && m.reject) this.takeCommitHint(m);
     if (m.term === 0) {
       // local message
     } else if (m.term > this.term) {
       if (m.type === 'vote' || m.type === 'preVote') {
         const force = m.context === TRANSFER_CONTEXT;
-        const inLease = this.checkQuorum && this.lead !== NONE && this.electionElapsed < this.electionTimeout;
+        // A leader never campaigns: a request from the leader this node remembers proves that
+        // leader has stepped down (or crashed and restarted), so its lease protects nobody.
+        // Ignoring it left a restarted leader unable to win while its old heartbeats, delayed
+        // in the network, kept renewing the lease it no longer held (simulator seed 917564).
+        const inLease = this.checkQuorum && this.lead !== NONE && this.lead !== m.from && this.electionElapsed < this.electionTimeout;
         // Heard from a live leader within the election timeout: a candidate asking for a higher
         // term is probably a node rejoining from a partition; ignore it rather than depose the leader.
         if (!force && inLease) return undefined;
@@ -465,6 +501,15 @@ export class Raft {
         // A granted pre-vote carries the term the pre-candidate asked for; it is counted below.
       } else if (m.type === 'app' || m.type === 'heartbeat' || m.type === 'snap') {
         this.becomeFollower(m.term, m.from);
+      } else if (m.type === 'vote') {
+        // Take the term (and a fresh random timeout), but keep counting the ticks elapsed: the
+        // count restarts below only if the vote is granted (Raft paper, Figure 2: a follower
+        // campaigns when its timeout passes "without receiving AppendEntries from the current
+        // leader or granting vote to a candidate"). etcd restarts it on every term change; then,
+        // without PreVote, candidates whose logs are too short to win keep restarting the timer
+        // of the only node that can win, and the group can stay leaderless for many rounds
+        // (simulator seed 717508).
+        this.becomeFollower(m.term, NONE, true);
       } else {
         this.becomeFollower(m.term, NONE);
       }
@@ -475,7 +520,7 @@ export class Raft {
         // because this node ignores its messages and never campaigns against it.
         this.send(message({ type: 'appResp', to: m.from }));
       } else if (m.type === 'preVote') {
-        this.send(message({ type: 'preVoteResp', to: m.from, term: this.term, reject: true }));
+        this.send(message({ type: 'preVoteResp', to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
       }
       return undefined;
     }
@@ -498,7 +543,7 @@ export class Raft {
             this.grantVote(m.from);
           }
         } else {
-          this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true }));
+          this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
         }
         return undefined;
       }
@@ -530,7 +575,11 @@ export class Raft {
       case 'prop':
         return this.propose(m);
       case 'readIndex':
-        if (this.tracker.isSingleton()) {
+        // Alone a quorum (one voter, or a joint configuration whose halves are both just this
+        // node): no heartbeat round could confirm more, and none would be answered (nobody else
+        // acks), so answer now. Checking only for a single non-joint voter left reads on the
+        // joint (1) && (1) waiting forever (simulator seed 920709).
+        if (this.tracker.isQuorumAlone(this.id)) {
           this.answerReadIndex(m, this.log.committed);
           return undefined;
         }
@@ -586,6 +635,10 @@ export class Raft {
           // Nothing new to send, but the follower may not know the commit index yet.
           if (!sent && pr.canBumpCommit(this.log.committed)) this.maybeSendAppend(m.from, true);
           if (m.from === this.leadTransferee && pr.match === this.log.lastIndex()) {
+            if (!this.tracker.isVoter(this.id)) {
+              this.finishHandOver(m.from);
+              return undefined;
+            }
             this.send(message({ type: 'timeoutNow', to: m.from }));
           }
         }
@@ -712,6 +765,10 @@ export class Raft {
   private stepFollower(m: Message): DropReason | undefined {
     switch (m.type) {
       case 'prop':
+        // A node its own configuration no longer lists gets no more entries from the leader: it
+        // could never report the proposal applied, nor serve a read. Refuse at once rather than
+        // leave the client waiting for its timeout (simulator seed 3222729836).
+        if (!this.tracker.progress.has(this.id)) return 'not-a-member';
         if (this.lead === NONE) return 'no-leader';
         if (this.disableProposalForwarding) return 'forwarding-disabled';
         this.send({ ...m, to: this.lead });
@@ -731,8 +788,12 @@ export class Raft {
         this.lead = m.from;
         this.handleSnapshot(m);
         return undefined;
-      case 'transferLeader':
       case 'readIndex':
+        if (!this.tracker.progress.has(this.id)) return 'not-a-member';
+        if (this.lead === NONE) return 'no-leader';
+        this.send({ ...m, to: this.lead });
+        return undefined;
+      case 'transferLeader':
         if (this.lead === NONE) return 'no-leader';
         this.send({ ...m, to: this.lead });
         return undefined;
@@ -857,14 +918,6 @@ export class Raft {
     }
     this.useConfig(res);
     const cs = this.tracker.confState();
-    const self = this.tracker.progress.get(this.id);
-    if (this.role === 'leader' && (self === undefined || self.isLearner)) {
-      // Removed or demoted: tell the others the commit index, then step down so that a member
-      // of the new configuration takes over.
-      this.bcastHeartbeat();
-      this.becomeFollower(this.term, NONE);
-      return cs;
-    }
     if (this.role !== 'leader') return cs;
     if (this.maybeCommit()) {
       this.releasePendingReadIndex();
@@ -873,7 +926,50 @@ export class Raft {
       this.forEachPeer((id) => this.maybeSendAppend(id, false));
     }
     if (this.leadTransferee !== NONE && !this.tracker.isVoter(this.leadTransferee)) this.leadTransferee = NONE;
+    // Removed or demoted: hand leadership over to a voter of the new configuration.
+    if (!this.tracker.isVoter(this.id) && this.leadTransferee === NONE) this.handOver();
     return cs;
+  }
+
+  /**
+   * A leader that its configuration no longer lists as a voter (removed, or demoted to learner)
+   * keeps leading, refusing proposals, until the voter with the most of its log has all of it;
+   * then it sends that voter TimeoutNow and steps down (retried each election timeout).
+   *
+   * Stepping down at once, as this core did (and etcd does with StepDownOnRemoval), can stall
+   * the group for good: the old leader's last heartbeat carrying the commit index of its own
+   * removal may be lost, so the remaining voters still count it as a voter and need its vote,
+   * which it refuses because its log holds entries they lack; and, no longer a voter in its own
+   * eyes, it never campaigns (simulator seeds 913135, 914979, 920297, 925599, 928717). Once a
+   * voter has the old leader's whole log, every node grants it the vote its configuration needs.
+   */
+  private handOver(): void {
+    let best: NodeId = NONE;
+    let bestMatch = -1;
+    for (const id of this.tracker.voterIds()) {
+      const pr = this.tracker.progress.get(id);
+      if (id === this.id || pr === undefined) continue;
+      if (pr.match > bestMatch) {
+        best = id;
+        bestMatch = pr.match;
+      }
+    }
+    if (best === NONE) {
+      // Not reachable (a configuration keeps at least one voter), but never lead a group of none.
+      this.becomeFollower(this.term, NONE);
+      return;
+    }
+    this.electionElapsed = 0;
+    this.leadTransferee = best;
+    if (bestMatch === this.log.lastIndex()) this.finishHandOver(best);
+    else this.sendAppend(best);
+  }
+
+  private finishHandOver(to: NodeId): void {
+    // Tell the others the commit index, then let `to` campaign at once.
+    this.bcastHeartbeat();
+    this.send(message({ type: 'timeoutNow', to }));
+    this.becomeFollower(this.term, NONE);
   }
 
   /**

@@ -87,8 +87,9 @@ export class RawNode {
   /**
    * Proposes `data` for the log. On a follower it is forwarded to the known leader. Throws
    * ProposalDroppedError when it cannot be taken (no leader known, transfer in progress,
-   * uncommitted size bound); a proposal that was taken may still be lost if leadership changes
-   * before it commits, so the application matches committed entries to its requests.
+   * uncommitted size bound, this node no longer in its configuration); a proposal that was
+   * taken may still be lost if leadership changes before it commits, so the application
+   * matches committed entries to its requests.
    */
   propose(data: Uint8Array): void {
     this.throwIfDropped(this.raft.step(message({ type: 'prop', from: this.id, entries: [{ term: 0, index: 0, type: 'normal', data }] })));
@@ -107,8 +108,10 @@ export class RawNode {
    * Asks for a linearizable read point. When confirmed, a ReadState with `context` (which should
    * be unique per request) appears in a Ready; reads are served once its index is applied.
    * A request that loses its leader on the way is never answered: retry after a timeout.
-   * Throws ProposalDroppedError when no leader is known, or when this node is a new leader whose
-   * queue of reads waiting for its first commit is full (`maxPendingReadIndex`).
+   * Throws ProposalDroppedError when no leader is known, when this node is no longer in its
+   * configuration (it gets no more entries, so could never serve the read), or when this node
+   * is a new leader whose queue of reads waiting for its first commit is full
+   * (`maxPendingReadIndex`).
    */
   readIndex(context: string): void {
     this.throwIfDropped(this.raft.step(message({ type: 'readIndex', from: NONE, context })), 'read-index request');

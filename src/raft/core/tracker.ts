@@ -134,8 +134,12 @@ export class ProgressTracker {
     return this.config.incoming.has(id) || this.config.outgoing.has(id);
   }
 
-  isSingleton(): boolean {
-    return this.config.incoming.size === 1 && this.config.outgoing.size === 0;
+  /**
+   * Whether `id` alone is a quorum: the only voter of each half of the configuration, as in
+   * (1) or the joint (1) && (1). Such a leader needs nobody's answer to confirm a read.
+   */
+  isQuorumAlone(id: NodeId): boolean {
+    return this.voteResult(new Map([[id, true]])) === 'won';
   }
 
   /** The highest index a (joint) quorum of voters has in its log. */

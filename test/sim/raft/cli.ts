@@ -1,17 +1,20 @@
 /**
- * tsx test/sim/raft/cli.ts --seeds N [--from S] [--nodes 3|5] [--ticks T] [--lin-only] [--quiet]
+ * tsx test/sim/raft/cli.ts --seeds N [--from S] [--nodes 3|5] [--ticks T] [--lin-only] [--quiet] [--json]
  *
  * Runs the Raft simulation for seeds S .. S+N-1 (S defaults to 1). Without --nodes, odd seeds run
  * 3 nodes and even seeds 5. Prints the report of the first violations (seed, how to reproduce, a
  * minimal trace, the non-linearizable part of the history) and ends with one summary line that
  * includes `violations N`. Exits 1 when any seed fails, 2 on bad usage. --lin-only turns off the
  * step-by-step safety checks, leaving the linearizability checker (and the liveness check) alone.
+ * --json adds, after the summary, one line of JSON: `{ from, seeds, totals, failures }` (every
+ * SimStats counter summed; each failing seed with its node count and violation kind), which the
+ * CI test reads from the processes it spreads the seeds over.
  */
 import { parseArgs } from 'node:util';
 import { nodesFor } from './seeds.js';
-import { runSeed, type SimResult } from './simulation.js';
+import { runSeed, type SimResult, type SimStats } from './simulation.js';
 
-const usage = 'usage: tsx test/sim/raft/cli.ts --seeds N [--from S] [--nodes 3|5] [--ticks T] [--lin-only] [--quiet]';
+const usage = 'usage: tsx test/sim/raft/cli.ts --seeds N [--from S] [--nodes 3|5] [--ticks T] [--lin-only] [--quiet] [--json]';
 
 function fail(message: string): never {
   process.stderr.write(`sim raft: ${message}\n${usage}\n`);
@@ -34,6 +37,7 @@ function main(): void {
         nodes: { type: 'string' },
         ticks: { type: 'string' },
         quiet: { type: 'boolean' },
+        json: { type: 'boolean' },
         'lin-only': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -53,10 +57,11 @@ function main(): void {
 
   const started = performance.now();
   const failures: SimResult[] = [];
-  const totals = { ops: 0, completed: 0, ambiguous: 0, leaders: 0, crashes: 0, partitions: 0, confChanges: 0, transfers: 0, snapshotsSent: 0, stalled: 0 };
+  const totals: Partial<Record<keyof SimStats, number>> = {};
+  const total = (k: keyof SimStats): number => totals[k] ?? 0;
   for (let seed = from; seed < from + seeds; seed++) {
     const r = runSeed({ seed, nodes: nodesFor(seed, nodes), faultTicks: ticks, stepChecks: values['lin-only'] !== true });
-    for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += r.stats[k];
+    for (const [k, v] of Object.entries(r.stats) as [keyof SimStats, number][]) totals[k] = (totals[k] ?? 0) + v;
     if (r.violation !== undefined) {
       failures.push(r);
       if (failures.length <= 3) process.stdout.write(`${r.violation.report}\n\n`);
@@ -73,10 +78,14 @@ function main(): void {
   const byKind = [...kinds].map(([k, n]) => `${k} ${n}`).join(', ');
   process.stdout.write(
     `raft sim: seeds ${from}..${from + seeds - 1} (${nodes === undefined ? '3 and 5' : nodes} nodes), ${(seeds / secs).toFixed(1)} seeds/s, ` +
-      `ops ${totals.ops} (completed ${totals.completed}, ambiguous ${totals.ambiguous}), leaders ${totals.leaders}, crashes ${totals.crashes}, ` +
-      `partitions ${totals.partitions}, conf changes ${totals.confChanges}, transfers ${totals.transfers}, snapshots ${totals.snapshotsSent}, ` +
-      `stalled ${totals.stalled}, violations ${failures.length}${byKind === '' ? '' : ` (${byKind})`}\n`,
+      `ops ${total('ops')} (completed ${total('completed')}, ambiguous ${total('ambiguous')}), leaders ${total('leaders')}, crashes ${total('crashes')}, ` +
+      `partitions ${total('partitions')}, conf changes ${total('confChanges')}, transfers ${total('transfers')}, snapshots ${total('snapshotsSent')}, ` +
+      `stalled ${total('stalled')}, violations ${failures.length}${byKind === '' ? '' : ` (${byKind})`}\n`,
   );
+  if (values.json === true) {
+    const list = failures.map((f) => ({ seed: f.seed, nodes: f.nodes, kind: f.violation!.kind }));
+    process.stdout.write(`${JSON.stringify({ from, seeds, totals, failures: list })}\n`);
+  }
   process.exitCode = failures.length > 0 ? 1 : 0;
 }
 

@@ -3,9 +3,11 @@
  * lists is a URL `parseStoreUrl` reads into that backend's kind, every kind opens through
  * `openStore`, and nothing else does; an unknown scheme is refused with the registry's list.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../../src/core/index.js';
 import { openStore, parseStoreUrl } from '../../src/open.js';
@@ -80,5 +82,29 @@ describe('store registry', () => {
     }
     await expect(openStore({ kind: 'zookeeper' } as unknown as StoreOptions)).rejects.toThrow("unknown store kind 'zookeeper'");
     for (const backend of storeBackends) expect(typeof backend.open, backend.kind).toBe('function');
+  });
+
+  it('loads a store module and its driver only when that store is opened', () => {
+    // Against the built dist/ (as the CLI tests): a resolve hook reports every store module and
+    // driver a fresh process loads while it parses every kind of URL and opens memory:.
+    const dir = mkdtempSync(join(tmpdir(), 'tenure-registry-'));
+    try {
+      writeFileSync(
+        join(dir, 'hooks.mjs'),
+        'export async function resolve(s, c, next) { const r = await next(s, c); ' +
+          "if (/node_modules\\/(pg|mysql2|ioredis|etcd3|better-sqlite3)\\/|stores\\/[a-z]+\\/[a-z-]+-store\\.js$/.test(r.url)) process.stderr.write('LOADED ' + r.url + '\\n'); return r; }\n",
+      );
+      writeFileSync(join(dir, 'register.mjs'), `import { register } from 'node:module'; register(${JSON.stringify(pathToFileURL(join(dir, 'hooks.mjs')).href)});\n`);
+      const index = pathToFileURL(fileURLToPath(new URL('../../dist/src/index.js', import.meta.url))).href;
+      const urls = storeBackends.flatMap((b) => b.schemes.map((s) => `${s}://127.0.0.1:1`));
+      const script = `const m = await import(${JSON.stringify(index)}); for (const u of ${JSON.stringify(urls)}) m.parseStoreUrl(u); const s = await m.openStore('memory:'); await s.close();`;
+      const r = spawnSync(process.execPath, ['--import', pathToFileURL(join(dir, 'register.mjs')).href, '--input-type=module', '-e', script], { encoding: 'utf8' });
+      expect(r.status, r.stderr).toBe(0);
+      const loaded = r.stderr.split('\n').filter((l) => l.startsWith('LOADED '));
+      expect(loaded).toHaveLength(1);
+      expect(loaded[0]).toMatch(/stores\/memory\/memory-store\.js$/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

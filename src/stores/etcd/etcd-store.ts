@@ -25,6 +25,13 @@
  *   (`\0tenure/wait/N\0<hex>`, outside `N/`, so Go never sees it); a release then gives the
  *   lease to the oldest waiter in its own txn (next term, the waiter's own lease), and the
  *   waiter claims it without another commit. A graceful handoff is one commit (`handOver`).
+ *
+ * This file holds the Store calls and the state they share (the keys this process holds, the
+ * leases it keeps alive, the watches, the term hints). Two concerns live beside it, each behind
+ * a small class the store owns: the waiting room and the hand-over txn (`handover.ts`,
+ * `WaitingRoom`) and the pool of spare leases waiting candidates keep ready (`spare-leases.ts`,
+ * `SpareLeases`). The receiving side of a hand-over (`adoptIfHandedOver`, `claimHandover`)
+ * stays here: it updates the held keys and kept-alive leases.
  */
 import { randomBytes } from 'node:crypto';
 import {
@@ -61,10 +68,13 @@ import type {
 } from '../../core/index.js';
 import { CandidateWatch } from './candidate-watch.js';
 import { EtcdConnection, ttlSecondsFor } from './connection.js';
-import type { EtcdConnectionOptions, GrantedLease, TxnResponse } from './connection.js';
+import type { EtcdConnectionOptions, TxnResponse } from './connection.js';
 import type { Etcd3, ICompare, IKeyValue, IRequestOp } from './driver.js';
-import { decodeValue, encodeValue, leaseIdHex, prefixEnd } from './keys.js';
+import { WaitingRoom } from './handover.js';
+import type { HeldKey } from './handover.js';
+import { decodeValue, encodeValue, leaseIdHex, prefixEnd, rangeStart, sameLease } from './keys.js';
 import type { TenureValue } from './keys.js';
+import { SpareLeases } from './spare-leases.js';
 
 export type EtcdStoreOptions = EtcdConnectionOptions;
 
@@ -89,79 +99,23 @@ interface NameSnapshot {
 interface OwnLease {
   ttlSeconds: number;
   sentAt: number;
-  /** A spare, granted SPARE_EXTRA_S longer than asked: the first renew moves the key to a lease of the asked TTL. */
+  /** A spare (`spare-leases.ts`), granted longer than asked: the first renew moves the key to a lease of the asked TTL. */
   spare?: boolean;
 }
 
 interface Watched {
   readonly watch: CandidateWatch;
-  /** While this process holds the name: the oldest waiting tenure candidate, for `handOver`. */
-  waiters: CandidateWatch | null;
   readonly listeners: Set<WatchListener>;
   last: string | null;
   /** The holder key's value as last reported. */
   lastValue: Buffer | null;
 }
 
-/** The key this process put for a lease it acquired: what `release` needs to delete it in one txn. */
-interface HeldKey {
-  readonly owner: string;
-  readonly term: number;
-  readonly key: Buffer;
-  readonly createRevision: string;
-  readonly leaseId: string;
-  /**
-   * Put by another process's release, handing the lease over to our spare (see `handOver`), and
-   * not yet confirmed by an acquire of its owner: the next acquire claims it (`claimHandover`).
-   */
-  handedOver: boolean;
-}
-
-/** A waiting tenure candidate as read from the waiting room (`KeyLayout.waiters`). */
-interface Waiter {
-  readonly key: Buffer;
-  readonly modRevision: string;
-  readonly leaseId: string;
-  readonly owner: string;
-  readonly ttlMs: number;
-  readonly meta: LeaseMeta;
-}
-
 /**
- * An etcd lease granted ahead of need for a candidate that is waiting (it lost an acquire and
- * watches the name), kept alive every third of its TTL as Go keeps a waiting candidate's session
- * alive, so that the acquire after a release needs no LeaseGrant round trip. No key is attached
- * to it until an acquire puts one.
+ * A hand-over to a spare of ours can be claimed with no round trip when the spare has at least
+ * the TTL asked for plus this much left (spares are granted longer: see `spare-leases.ts`).
  */
-interface Spare {
-  readonly requestedSeconds: number;
-  /** Who waits with it: written to its waiting-room key, so a releasing holder can hand over to it. */
-  readonly owner: string;
-  readonly ttlMs: number;
-  readonly meta: LeaseMeta;
-  /** Set once the lease is granted and its waiting-room key put. */
-  lease: GrantedLease | null;
-  /** Send time of the grant or of the last keepalive etcd answered, and the TTL it reset to. */
-  aliveSince: number;
-  ttlSeconds: number;
-  cancelTimer: () => void;
-  /** Taken by an acquire or dropped: timers and late answers leave it alone. */
-  done: boolean;
-}
-
-/** A spare is used only with at least this much of its TTL left, so the keepalive sent with the acquire surely finds it alive. */
-const SPARE_MARGIN_MS = 500;
-
-/**
- * A spare lease is granted this much longer than the TTL asked for and kept alive every quarter
- * of its TTL, so that at any moment it has at least the asked TTL left (and CLAIM_SLACK_MS):
- * a hand-over to it can be claimed with no round trip (see `claimHandover`).
- */
-const SPARE_EXTRA_S = 1;
 const CLAIM_SLACK_MS = 100;
-
-/** How long after a hand-over the releaser revokes its emptied lease (see `handOver`). */
-const REVOKE_DELAY_MS = 200;
 
 export class EtcdStore implements Store {
   readonly kind = 'etcd';
@@ -170,13 +124,10 @@ export class EtcdStore implements Store {
   private readonly watched = new Map<string, Watched>();
   private readonly appendQueues = new Map<string, Promise<unknown>>();
   private readonly held = new Map<string, HeldKey>();
-  private readonly spares = new Map<string, Spare>();
-  /** The waiting room of each name as last read (oldest first): whom a release can hand over to. */
-  private readonly waiting = new Map<string, Waiter[]>();
-  /** Spares on their way out of a waiting room (see `retire`): `close` waits for them. */
-  private readonly leaving = new Set<Promise<void>>();
-  /** Revokes of emptied leases not sent yet (see `dropLeaseSoon`). */
-  private readonly revokes = new Set<() => void>();
+  /** Spare leases of waiting candidates (`spare-leases.ts`). */
+  private readonly spares: SpareLeases;
+  /** Who waits for the names this process holds, and the hand-over txn (`handover.ts`). */
+  private readonly room: WaitingRoom;
   /**
    * The last term this process saw issued per name (from a read, its own acquire, or a watch
    * event of a tenure holder). Never above etcd's counter; a guess the acquire txn checks.
@@ -186,6 +137,8 @@ export class EtcdStore implements Store {
   /** Give your own etcd3 client (`{ client }`) or members (`{ hosts: ['127.0.0.1:2379'] }`). */
   constructor(options: EtcdStoreOptions) {
     this.connection = new EtcdConnection(options);
+    this.spares = new SpareLeases(this.connection, (name) => this.watched.has(name));
+    this.room = new WaitingRoom(this.connection);
   }
 
   /** The etcd3 client in use (yours, or the one the store made from `hosts`). */
@@ -210,13 +163,13 @@ export class EtcdStore implements Store {
     let snap: NameSnapshot | null = null;
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const hint = this.termHints.get(name);
-      const blind = snap === null && hint !== undefined && this.looksFree(name) && this.hasSpare(name, seconds);
+      const blind = snap === null && hint !== undefined && this.looksFree(name) && this.spares.ready(name, seconds);
       if (!blind && snap === null) snap = await this.snapshot(name);
       if (snap) {
         const holder = snap.candidates[0];
         if (holder) {
           if (holder.value?.owner !== owner) {
-            this.prepareSpare(name, seconds, owner, ttlMs, metaValue);
+            this.spares.prepare(name, seconds, owner, ttlMs, metaValue);
             return { acquired: false, lease: await this.describe(name, holder, snap.term) };
           }
           const lease = await this.extend(name, holder, ttlMs, metaValue);
@@ -243,7 +196,7 @@ export class EtcdStore implements Store {
           ];
       // A spare lease is renewed by a keepalive sent with the txn (so etcd's expiry is at least
       // this call's start + TTL, safety rule 2); otherwise a new lease is granted first.
-      const spare = this.takeSpare(name, seconds);
+      const spare = this.spares.take(name, seconds);
       const granted = spare?.lease ?? (await conn.grant(seconds));
       const success: IRequestOp[] = [
         { request_put: { key: conn.layout.candidate(name, granted.id), value: encodeValue({ owner, term, ttlMs, meta: metaValue }), lease: granted.id } },
@@ -251,7 +204,7 @@ export class EtcdStore implements Store {
       ];
       // The spare leaves the waiting room as it takes the lease, so no release hands over to it.
       if (spare) success.push({ request_delete_range: { key: conn.layout.waiter(name, granted.id) } });
-      success.push(this.waitersOp(name)); // whom our release can hand over to
+      success.push(this.room.readOp(name)); // whom our release can hand over to
       const sent = settle(conn.txn(`acquire ${name}`, compare, success, this.snapshotOps(name)));
       const keepAliveSentAt = conn.clock.now();
       const keptAlive = spare ? settle(conn.keepAliveOnce(granted.id)) : null;
@@ -270,10 +223,10 @@ export class EtcdStore implements Store {
           // A release may have handed the name over to this very spare while the txn was on its way.
           const mine = snap.candidates.find((c) => sameLease(c.kv.lease, granted.id));
           if (mine?.value && 'value' in ka && ka.value > 0) this.adopt(name, mine.kv, mine.value, granted.id, ka.value, keepAliveSentAt);
-          else if ('value' in ka && ka.value > 0) this.restoreSpare(name, spare, keepAliveSentAt, ka.value);
+          else if ('value' in ka && ka.value > 0) this.spares.restore(name, spare, keepAliveSentAt, ka.value);
           // (no answer: the spare is left to expire; a lease etcd no longer has is gone already)
         } else {
-          this.keepAsSpare(name, granted, owner, ttlMs, metaValue);
+          this.spares.keep(name, granted, owner, ttlMs, metaValue);
         }
         continue;
       }
@@ -294,7 +247,7 @@ export class EtcdStore implements Store {
       this.own.set(granted.id, { ttlSeconds, sentAt, spare: spare !== null });
       this.noteHeld(name, owner, term, conn.layout.candidate(name, granted.id), res.header.revision, granted.id);
       this.noteTerm(name, term);
-      this.noteWaiters(name, rangeKvs(res.responses[res.responses.length - 1]));
+      this.room.note(name, rangeKvs(res.responses[res.responses.length - 1]));
       return { acquired: true, lease: { name, owner, term, meta: metaValue, ttlMs, remainingMs: this.remainingOf(granted.id) } };
     }
     throw new StoreUnavailableError(`${conn.label}: acquire of ${name} gave up after ${MAX_ATTEMPTS} conflicting attempts`);
@@ -434,7 +387,6 @@ export class EtcdStore implements Store {
           (kv) => kv.lease !== '0' && this.connection.layout.nameOf(kv.key) === name,
           (kv) => this.push(name, entry, kv),
         ),
-        waiters: null,
       };
       w = entry;
       this.watched.set(name, entry);
@@ -448,27 +400,25 @@ export class EtcdStore implements Store {
       if (entry.listeners.size === 0 && this.watched.get(name) === entry) {
         this.watched.delete(name);
         entry.watch.stop();
-        entry.waiters?.stop();
-        entry.waiters = null;
-        void this.dropSpare(name);
+        this.room.follow(name, false);
+        void this.spares.drop(name);
       }
     };
   }
 
   async close(): Promise<void> {
     if (this.connection.isClosed) return;
-    for (const cancel of this.revokes) cancel();
-    this.revokes.clear();
-    for (const w of this.watched.values()) {
+    this.room.cancelRevokes();
+    for (const [name, w] of this.watched) {
       w.watch.stop();
-      w.waiters?.stop();
+      this.room.follow(name, false);
     }
     this.watched.clear();
     // Leave the waiting rooms before the connection goes, so no release hands over to a closed
     // store (bounded: a store that cannot reach etcd closes anyway, and its spares expire).
-    for (const name of [...this.spares.keys()]) void this.dropSpare(name);
+    const left = this.spares.leaveAll();
     let cancel = (): void => {};
-    await Promise.race([Promise.allSettled([...this.leaving]), new Promise<void>((r) => (cancel = this.connection.clock.setTimer(1000, r)))]);
+    await Promise.race([left, new Promise<void>((r) => (cancel = this.connection.clock.setTimer(1000, r)))]);
     cancel();
     this.connection.close();
   }
@@ -486,43 +436,17 @@ export class EtcdStore implements Store {
     return [
       { request_range: { key: prefix, range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' } },
       { request_range: { key: layout.term(name) } },
-      this.waitersOp(name),
+      this.room.readOp(name),
     ];
   }
 
   /**
-   * Watch the waiting room of `name` while this process holds it and watches it, so that a
+   * Follow the waiting room of `name` while this process holds it and watches it, so that a
    * release knows whom to hand over to (waiters do not need it).
    */
   private syncWaiterWatch(name: string): void {
-    const w = this.watched.get(name);
-    if (!w) return;
-    if (this.held.has(name) && !w.waiters) {
-      w.waiters = new CandidateWatch(this.connection, this.connection.layout.waiters(name), (kv) => kv.lease !== '0', (kv) =>
-        this.noteWaiters(name, kv ? [kv] : []),
-      );
-      w.waiters.start();
-    } else if (!this.held.has(name) && w.waiters) {
-      w.waiters.stop();
-      w.waiters = null;
-    }
-  }
-
-  /** Reads the waiting room of `name`, oldest first. */
-  private waitersOp(name: string): IRequestOp {
-    const prefix = this.connection.layout.waiters(name);
-    return { request_range: { key: prefix, range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' } };
-  }
-
-  private noteWaiters(name: string, kvs: IKeyValue[]): void {
-    const waiters: Waiter[] = [];
-    for (const kv of kvs) {
-      const value = decodeValue(kv.value);
-      if (!value || kv.lease === '0') continue;
-      waiters.push({ key: kv.key, modRevision: kv.mod_revision, leaseId: kv.lease, owner: value.owner, ttlMs: value.ttlMs, meta: value.meta });
-    }
-    if (waiters.length > 0) this.waiting.set(name, waiters);
-    else this.waiting.delete(name);
+    if (!this.watched.has(name)) return;
+    this.room.follow(name, this.held.has(name));
   }
 
   /** A snapshot from the answer to `snapshotOps` (run alone, or as the failure branch of a txn). */
@@ -534,7 +458,7 @@ export class EtcdStore implements Store {
     const termKv = rangeKvs(res.responses[1])[0];
     const term = termKv ? decodeTerm('etcd', name, termKv.value.toString()) : 0;
     this.termHints.set(name, term);
-    this.noteWaiters(name, rangeKvs(res.responses[2]));
+    this.room.note(name, rangeKvs(res.responses[2]));
     if (candidates[0]) this.adoptIfHandedOver(name, candidates[0].kv);
     return {
       revision: Number(res.header.revision),
@@ -552,68 +476,26 @@ export class EtcdStore implements Store {
     this.held.set(name, { owner, term, key, createRevision, leaseId, handedOver: false });
     // A spare of the new holder's own (say, granted while this acquire was on its way) leaves
     // the waiting room: a release must never hand the name to its holder.
-    if (this.spares.get(name)?.owner === owner) void this.dropSpare(name);
+    this.spares.dropOwnedBy(name, owner);
     this.syncWaiterWatch(name);
   }
 
   /**
-   * Release by handing over: when a tenure candidate waits (its waiting-room key is known) and
-   * no other candidate is in line under `N/` (a Go or etcdctl waiter keeps its place), one txn
-   * deletes our key, puts the waiter's key on the waiter's own lease with the next term, bumps
-   * the counter and empties the waiter's waiting-room key. The waiter hears it on its watch and
-   * claims it, usually with no round trip (`claimHandover`): no second commit, no race between
-   * waiters.
-   * Returns false, having changed nothing, when the txn's guards fail, no one waits, or the held
-   * term is 2^53 - 1 (the highest tenure issues).
+   * Release by handing over to the oldest tenure candidate in the waiting room (`WaitingRoom.handOver`),
+   * then forget the key and the lease it left. Returns false, having changed nothing, when no
+   * hand-over took place (a plain release follows).
    */
   private async handOver(name: string, held: HeldKey): Promise<boolean> {
-    // At term 2^53 - 1 there is no next term to hand over: a plain release, and the waiter's own
-    // acquire reports the StoreDataError.
-    if (held.term >= Number.MAX_SAFE_INTEGER) return false;
-    const to = this.waiting.get(name)?.find((w) => w.owner !== held.owner && !sameLease(w.leaseId, held.leaseId));
-    if (!to) return false;
-    const conn = this.connection;
-    const prefix = conn.layout.candidates(name);
-    const termKey = conn.layout.term(name);
-    const next = held.term + 1;
-    const res = await conn.txn(
-      `release ${name}`,
-      [
-        // Our own key, the one this process put (rule 6)...
-        { key: held.key, target: 'Create', result: 'Equal', create_revision: held.createRevision },
-        // ...is the only candidate: nobody (Go, etcdctl) waits in line under N/ to be skipped...
-        { key: rangeStart(prefix), range_end: prefixEnd(prefix), target: 'Create', result: 'Less', create_revision: String(Number(held.createRevision) + 1) },
-        // ...the waiter is still there as we read it (so its lease lives, and its value is current)...
-        { key: to.key, target: 'Mod', result: 'Equal', mod_revision: to.modRevision },
-        // ...and the counter still says our term (rule 4: the next one is issued here, once).
-        { key: termKey, target: 'Value', result: 'Equal', value: Buffer.from(String(held.term)) },
-      ],
-      [
-        { request_delete_range: { key: held.key, prev_kv: true } },
-        { request_delete_range: { key: to.key } },
-        {
-          request_put: {
-            key: conn.layout.candidate(name, to.leaseId),
-            value: encodeValue({ owner: to.owner, term: next, ttlMs: to.ttlMs, meta: to.meta }),
-            lease: to.leaseId,
-          },
-        },
-        { request_put: { key: termKey, value: Buffer.from(String(next)) } },
-      ],
-    );
-    if (!res.succeeded) {
-      // Stale knowledge (the waiter left, or someone queued): forget it; a plain release follows.
-      this.waiting.delete(name);
-      return false;
-    }
+    const done = await this.room.handOver(name, held);
+    if (!done) return false;
     if (this.held.get(name) === held) this.held.delete(name);
     this.syncWaiterWatch(name);
-    this.waiting.set(name, (this.waiting.get(name) ?? []).filter((w) => w !== to));
-    this.noteTerm(name, next);
-    const prev = res.responses[0]?.response_delete_range?.prev_kvs?.[0];
-    // Revoked a little later: the waiter's claim (a keepalive, which etcd answers once every
-    // committed entry is applied) should not wait for this revoke's commit. Nothing is on it.
-    if (prev) this.dropLeaseSoon(prev.lease);
+    this.noteTerm(name, done.term);
+    // Revoked a little later (`WaitingRoom.revokeSoon`): nothing is on it.
+    if (done.emptiedLease !== null) {
+      this.own.delete(done.emptiedLease);
+      this.room.revokeSoon(done.emptiedLease);
+    }
     return true;
   }
 
@@ -623,14 +505,11 @@ export class EtcdStore implements Store {
    * renews keep it alive from now on, so an owner that no longer campaigns lets it expire).
    */
   private adoptIfHandedOver(name: string, kv: IKeyValue): void {
-    const spare = this.spares.get(name);
-    if (!spare?.lease || !sameLease(spare.lease.id, kv.lease)) return;
     const value = decodeValue(kv.value);
     if (!value) return;
-    this.spares.delete(name);
-    spare.done = true;
-    spare.cancelTimer();
-    this.adopt(name, kv, value, spare.lease.id, spare.ttlSeconds, spare.aliveSince);
+    const spare = this.spares.takeHandedOver(name, kv.lease);
+    if (!spare) return;
+    this.adopt(name, kv, value, spare.leaseId, spare.ttlSeconds, spare.aliveSince);
   }
 
   private adopt(name: string, kv: IKeyValue, value: TenureValue, leaseId: string, ttlSeconds: number, aliveSince: number): void {
@@ -665,7 +544,7 @@ export class EtcdStore implements Store {
       // the TTL when it got it, later): etcd's expiry is already past this call's start + TTL
       // (rule 2), and the key the watch reported is on it. Nothing to send.
       h.handedOver = false;
-      if (this.spares.get(name)?.owner === owner) void this.dropSpare(name);
+      this.spares.dropOwnedBy(name, owner);
       return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) } };
     }
     const ttlSeconds = await conn.keepAliveOnce(h.leaseId); // no answer: unknown (rule 3); the next acquire tries again
@@ -678,18 +557,8 @@ export class EtcdStore implements Store {
     }
     h.handedOver = false;
     this.own.set(h.leaseId, { ttlSeconds, sentAt, spare: true });
-    if (this.spares.get(name)?.owner === owner) void this.dropSpare(name);
+    this.spares.dropOwnedBy(name, owner);
     return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) } };
-  }
-
-  /** As dropLease, after REVOKE_DELAY_MS; a store closed by then leaves the (empty) lease to expire. */
-  private dropLeaseSoon(leaseId: string): void {
-    this.own.delete(leaseId);
-    const cancel = this.connection.clock.setTimer(REVOKE_DELAY_MS, () => {
-      this.revokes.delete(cancel);
-      void this.connection.revoke(leaseId).catch(() => {});
-    });
-    this.revokes.add(cancel);
   }
 
   /** Forget and revoke the lease of a key we deleted (only that key was on it). */
@@ -702,156 +571,6 @@ export class EtcdStore implements Store {
   private looksFree(name: string): boolean {
     const w = this.watched.get(name);
     return w !== undefined && w.last === null;
-  }
-
-  private hasSpare(name: string, seconds: number): boolean {
-    const spare = this.spares.get(name);
-    return spare !== undefined && spare.lease !== null && spare.requestedSeconds === seconds;
-  }
-
-  /**
-   * Grant a spare lease for `owner`, a candidate of `name` that waits on a watch, and put its
-   * waiting-room key on it (see Spare and `handOver`).
-   */
-  private prepareSpare(name: string, seconds: number, owner: string, ttlMs: number, meta: LeaseMeta): void {
-    if (!this.watched.has(name) || this.connection.isClosed) return;
-    const have = this.spares.get(name);
-    if (have && have.requestedSeconds === seconds && have.owner === owner && have.ttlMs === ttlMs && sameMeta(have.meta, meta)) return;
-    if (have) void this.dropSpare(name);
-    const spare = this.newSpare(seconds, owner, ttlMs, meta);
-    this.spares.set(name, spare);
-    this.connection.grant(seconds + SPARE_EXTRA_S).then(
-      (granted) => this.register(name, spare, granted, granted.sentAt, granted.ttlSeconds),
-      () => {
-        if (this.spares.get(name) === spare) this.spares.delete(name);
-        spare.done = true;
-      },
-    );
-  }
-
-  /** Keep a lease granted for an acquire that lost as the spare of `name` (when watched). */
-  private keepAsSpare(name: string, granted: GrantedLease, owner: string, ttlMs: number, meta: LeaseMeta): void {
-    if (this.spares.has(name) || !this.watched.has(name) || this.connection.isClosed) {
-      void this.connection.revoke(granted.id).catch(() => {});
-      return;
-    }
-    const spare = this.newSpare(ttlSecondsFor(ttlMs), owner, ttlMs, meta);
-    this.spares.set(name, spare);
-    this.register(name, spare, granted, granted.sentAt, granted.ttlSeconds);
-  }
-
-  private newSpare(seconds: number, owner: string, ttlMs: number, meta: LeaseMeta): Spare {
-    return { requestedSeconds: seconds, owner, ttlMs, meta, lease: null, aliveSince: 0, ttlSeconds: 0, cancelTimer: () => {}, done: false };
-  }
-
-  /** Put the spare's waiting-room key on its lease; the spare is ready (and kept alive) once it is in. */
-  private register(name: string, spare: Spare, granted: GrantedLease, aliveSince: number, ttlSeconds: number): void {
-    const conn = this.connection;
-    if (spare.done) {
-      void conn.revoke(granted.id).catch(() => {}); // nothing is on it yet
-      return;
-    }
-    const value = encodeValue({ owner: spare.owner, term: 0, ttlMs: spare.ttlMs, meta: spare.meta });
-    conn.txn(`wait for ${name}`, [], [{ request_put: { key: conn.layout.waiter(name, granted.id), value, lease: granted.id } }]).then(
-      () => {
-        spare.lease = granted;
-        spare.aliveSince = aliveSince;
-        spare.ttlSeconds = ttlSeconds;
-        if (spare.done) {
-          void this.retire(name, granted.id); // dropped meanwhile; a release may have seen the key
-          return;
-        }
-        this.keepSpareAlive(name, spare);
-        conn.prepareKeepAlives(); // a hand-over is claimed by a keepalive: have its stream open
-      },
-      () => {
-        if (this.spares.get(name) === spare) this.spares.delete(name);
-        spare.done = true;
-        void this.retire(name, granted.id);
-      },
-    );
-  }
-
-  /** Put a spare back as the spare of `name` (an acquire that used it lost the race). */
-  private restoreSpare(name: string, spare: Spare, aliveSince: number, ttlSeconds: number): void {
-    if (this.spares.has(name) || !this.watched.has(name) || this.connection.isClosed) {
-      void this.retire(name, spare.lease!.id);
-      return;
-    }
-    spare.done = false;
-    spare.aliveSince = aliveSince;
-    spare.ttlSeconds = ttlSeconds;
-    this.spares.set(name, spare);
-    this.keepSpareAlive(name, spare);
-  }
-
-  private keepSpareAlive(name: string, spare: Spare): void {
-    const conn = this.connection;
-    spare.cancelTimer = conn.clock.setTimer(Math.max(100, (spare.ttlSeconds * 1000) / 4), () => {
-      if (spare.done || !spare.lease) return;
-      const sentAt = conn.clock.now();
-      conn.keepAliveOnce(spare.lease.id).then(
-        (ttlSeconds) => {
-          if (spare.done) return;
-          if (ttlSeconds === 0) {
-            void this.dropSpare(name);
-            return;
-          }
-          spare.aliveSince = sentAt;
-          spare.ttlSeconds = ttlSeconds;
-          this.keepSpareAlive(name, spare);
-        },
-        () => {
-          if (!spare.done) this.keepSpareAlive(name, spare);
-        },
-      );
-    });
-  }
-
-  /** The spare of `name` for this TTL, if it has enough time left; it is the caller's from then on. */
-  private takeSpare(name: string, seconds: number): Spare | null {
-    const spare = this.spares.get(name);
-    if (!spare?.lease || spare.requestedSeconds !== seconds) return null;
-    this.spares.delete(name);
-    spare.done = true;
-    spare.cancelTimer();
-    if (this.connection.clock.now() - spare.aliveSince > spare.ttlSeconds * 1000 - SPARE_MARGIN_MS) {
-      void this.retire(name, spare.lease.id);
-      return null;
-    }
-    return spare;
-  }
-
-  private dropSpare(name: string): Promise<void> {
-    const spare = this.spares.get(name);
-    if (!spare) return Promise.resolve();
-    this.spares.delete(name);
-    spare.done = true;
-    spare.cancelTimer();
-    return spare.lease ? this.retire(name, spare.lease.id) : Promise.resolve();
-  }
-
-  /**
-   * Revoke a spare lease, unless a release has handed `name` over to it: first its waiting-room
-   * key is deleted, in a txn that checks no candidate key is on the lease (after that no release
-   * can hand over to it, so the revoke deletes nothing but that key). A handed-over key is left
-   * to its owner's acquire, or to expire: revoking it could pull the lease from under an acquire
-   * that is claiming it.
-   */
-  private retire(name: string, leaseId: string): Promise<void> {
-    const conn = this.connection;
-    if (conn.isClosed) return Promise.resolve();
-    const leaving = conn
-      .txn(
-        `leave ${name}`,
-        [{ key: conn.layout.candidate(name, leaseId), target: 'Create', result: 'Equal', create_revision: 0 }],
-        [{ request_delete_range: { key: conn.layout.waiter(name, leaseId) } }],
-      )
-      .then((res) => (res.succeeded ? conn.revoke(leaseId) : undefined))
-      .catch(() => {})
-      .finally(() => this.leaving.delete(leaving));
-    this.leaving.add(leaving);
-    return leaving;
   }
 
   /**
@@ -1024,25 +743,8 @@ function settle<T>(p: Promise<T>): Promise<{ value: T } | { error: unknown }> {
   );
 }
 
-function sameLease(a: string, b: string): boolean {
-  try {
-    return BigInt(a) === BigInt(b);
-  } catch {
-    return a === b;
-  }
-}
-
-function sameMeta(a: LeaseMeta, b: LeaseMeta): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
-}
-
 function foreignOwner(leaseId: string): string {
   return `etcd:${leaseIdHex(leaseId)}`;
-}
-
-/** etcd refuses an empty key; "\0" starts a range at the first key. */
-function rangeStart(prefix: Buffer): Buffer {
-  return prefix.length > 0 ? prefix : Buffer.from([0]);
 }
 
 function rangeKvs(op: { response_range?: { kvs: IKeyValue[] } } | undefined): IKeyValue[] {

@@ -26,6 +26,20 @@ export function leaseIdHex(id: string): string {
   return BigInt(id).toString(16);
 }
 
+/** Whether two lease ids name the same lease, whichever spelling the client handed back. */
+export function sameLease(a: string, b: string): boolean {
+  try {
+    return BigInt(a) === BigInt(b);
+  } catch {
+    return a === b;
+  }
+}
+
+/** etcd refuses an empty key; "\0" starts a range at the first key. */
+export function rangeStart(prefix: Buffer): Buffer {
+  return prefix.length > 0 ? prefix : Buffer.from([0]);
+}
+
 /** The first key after every key that starts with `prefix` (etcd's `WithPrefix` range end). */
 export function prefixEnd(prefix: Buffer): Buffer {
   const end = Buffer.from(prefix);

@@ -5,6 +5,7 @@
  * refusal counted in tenure_fenced_rejections_total.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -20,6 +21,7 @@ import { collectMetrics } from '../../src/observe/index.js';
 import { MysqlStore } from '../../src/stores/mysql/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
+import type { SqliteDatabase } from '../../src/fencing/index.js';
 import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
 
 /** One dialect on a fresh database of its own. */
@@ -85,29 +87,47 @@ const dialects: Record<string, () => Promise<Harness>> = {
       },
     };
   },
-  sqlite: async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'tenure-fenced-'));
-    const path = join(dir, 'app.db');
-    const store = new SqliteStore({ path });
-    await store.list(); // creates tenure_leases
-    const db = new Database(path);
-    db.pragma('busy_timeout = 5000');
-    return {
-      store,
-      qualified: (t) => `main.${t}`,
-      types: { int: 'INTEGER', bool: 'INTEGER', text: 'TEXT', token: 'INTEGER', lease: 'TEXT', ciText: 'TEXT COLLATE NOCASE' },
-      refusesNul: false,
-      exec: async (sql) => void db.exec(sql),
-      rows: async (sql) => (db.prepare(sql).all() as Record<string, unknown>[]).map(normal),
-      update: (token, update) => fencedUpdate(sqliteDialect, db, token, update),
-      close: async () => {
-        db.close();
-        await store.close();
-        rmSync(dir, { recursive: true, force: true });
-      },
-    };
-  },
+  'sqlite (better-sqlite3)': () =>
+    sqliteHarness((path) => {
+      const db = new Database(path);
+      db.pragma('busy_timeout = 5000');
+      return db;
+    }),
 };
+
+/** node:sqlite (Node >= 22.5), when this Node has it. */
+type DatabaseSync = new (path: string, options?: { timeout?: number }) => SqliteDatabase & { exec(sql: string): void; close(): void };
+const nodeSqlite = ((): DatabaseSync | null => {
+  try {
+    return (createRequire(import.meta.url)('node:sqlite') as { DatabaseSync: DatabaseSync }).DatabaseSync;
+  } catch {
+    return null;
+  }
+})();
+if (nodeSqlite) dialects['sqlite (node:sqlite)'] = () => sqliteHarness((path) => new nodeSqlite(path, { timeout: 5000 }));
+
+/** The user's own handle on the SqliteStore's file. */
+async function sqliteHarness(openDb: (path: string) => SqliteDatabase & { exec(sql: string): unknown; close(): unknown }): Promise<Harness> {
+  const dir = mkdtempSync(join(tmpdir(), 'tenure-fenced-'));
+  const path = join(dir, 'app.db');
+  const store = new SqliteStore({ path });
+  await store.list(); // creates tenure_leases
+  const db = openDb(path);
+  return {
+    store,
+    qualified: (t) => `main.${t}`,
+    types: { int: 'INTEGER', bool: 'INTEGER', text: 'TEXT', token: 'INTEGER', lease: 'TEXT', ciText: 'TEXT COLLATE NOCASE' },
+    refusesNul: false,
+    exec: async (sql) => void db.exec(sql),
+    rows: async (sql) => (db.prepare(sql).all() as Record<string, unknown>[]).map(normal),
+    update: (token, update) => fencedUpdate(sqliteDialect, db, token, update),
+    close: async () => {
+      db.close();
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
 
 describe.each(Object.keys(dialects))("fencedUpdate on the user's own table: %s", (dialect) => {
   let h: Harness;
@@ -165,7 +185,7 @@ describe.each(Object.keys(dialects))("fencedUpdate on the user's own table: %s",
 
   it('cannot be poisoned by a forged token: a term never issued, or another lease, is refused and writes nothing', async () => {
     await issue('payroll', 2);
-    await issue('Payroll', 1);
+    await issue('Payroll', 3);
     // A case-insensitive lease column (where the dialect has one): still compared byte for byte.
     await h.exec(
       `CREATE TABLE ledger (id ${h.types.int} PRIMARY KEY, note ${h.types.text}, last_fence_token ${h.types.token}, last_fence_lease ${h.types.ciText})`,
@@ -180,8 +200,9 @@ describe.each(Object.keys(dialects))("fencedUpdate on the user's own table: %s",
     }
     // The real leader still writes, and binds the row to its lease.
     expect(await h.update({ lease: 'payroll', term: 2 }, update('by payroll'))).toEqual({ updated: 1 });
-    // Another lease's token (differing only in case), with a term that lease was issued, is refused.
-    const err = await h.update({ lease: 'Payroll', term: 1 }, update('by Payroll')).catch((e: unknown) => e);
+    // Another lease's token (differing only in case), with a term that lease was issued and that is
+    // above the row's, is refused: only the lease binding stops it.
+    const err = await h.update({ lease: 'Payroll', term: 3 }, update('by Payroll')).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect((err as Error).message).toBe('token.lease: rows of ledger are fenced by lease payroll, not Payroll');
     expect(await h.rows('SELECT note, last_fence_token, last_fence_lease FROM ledger')).toEqual([

@@ -53,8 +53,9 @@ export interface FencedUpdateResult {
  */
 export async function fencedUpdate<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, update: FencedUpdate): Promise<FencedUpdateResult> {
   if (typeof dialect !== 'object' || dialect === null || typeof dialect.update !== 'function') {
-    throw new InvalidArgumentError('dialect', 'expected postgresDialect, mysqlDialect or sqliteDialect from tenure/fencing');
+    throw new InvalidArgumentError('dialect', 'expected postgresDialect, mysqlDialect or sqliteDialect from tenure/fencing: fencedUpdate(dialect, db, token, update)');
   }
+  if (typeof db !== 'object' || db === null) throw new InvalidArgumentError('db', `expected your ${dialect.name} client, pool or database`);
   checkToken('token', token);
   if (typeof update !== 'object' || update === null) throw new InvalidArgumentError('update', 'expected { table, set, where }');
   const d = dialect;

@@ -129,12 +129,12 @@ async function sqliteHarness(openDb: (path: string) => SqliteDatabase & { exec(s
   };
 }
 
-describe.each(Object.keys(dialects))("fencedUpdate on the user's own table: %s", (dialect) => {
+describe.each(Object.keys(dialects))("fencedUpdate on the user's own table: %s", (name) => {
   let h: Harness;
   const registry = new Registry();
   let stopMetrics: () => void = () => {};
   beforeAll(async () => {
-    h = await dialects[dialect]!();
+    h = await dialects[name]!();
     stopMetrics = collectMetrics({}, { registry });
   });
   afterAll(async () => {
@@ -263,6 +263,16 @@ describe.each(Object.keys(dialects))("fencedUpdate on the user's own table: %s",
     expect(await h.update({ lease: 'elsewhere', term: 7 }, { ...unchecked, set: { v: 'x' } })).toEqual({ updated: 1 });
     await expect(h.update({ lease: 'elsewhere', term: 6 }, { ...unchecked, set: { v: 'y' } })).rejects.toBeInstanceOf(StaleTermError);
     expect(await rejections('elsewhere')).toBe(1);
+  });
+
+  it('refuses the call of the per-store fencedUpdate (no dialect) and a missing db with one clear error', async () => {
+    const update = { table: 'accounts', set: { balance: 1 }, where: { id: 1 } };
+    const call = fencedUpdate as (...args: unknown[]) => Promise<unknown>;
+    await expect(call({ query: () => null, execute: () => null, prepare: () => null }, { lease: 'billing', term: 1 }, update)).rejects.toThrow(
+      /^dialect: expected postgresDialect, mysqlDialect or sqliteDialect from tenure\/fencing/,
+    );
+    const dialect = { postgres: postgresDialect, mysql: mysqlDialect }[name] ?? sqliteDialect;
+    await expect(call(dialect, undefined, { lease: 'billing', term: 1 }, update)).rejects.toThrow(/^db: expected your \w+ client, pool or database$/);
   });
 
   it('binds booleans, dates, bigints and bytes', async () => {

@@ -7,6 +7,8 @@ export * from './locks/index.js';
 export { openStore, parseStoreUrl, TenureStore, DEFAULT_STORE_URL } from './open.js';
 export type { StoreOptions } from './open.js';
 export { MemoryStore } from './stores/memory/index.js';
+export { fencedUpdate, postgresDialect, mysqlDialect, sqliteDialect, formatToken, parseToken } from './fencing/index.js';
+export type { FencedUpdate, FencedUpdateResult, SqlDialect, RowValue } from './fencing/index.js';
 export { collectMetrics } from './observe/index.js';
 export type { MetricsOptions } from './observe/index.js';
 export type { TenureStoreEvents } from './open.js';

@@ -2,7 +2,8 @@
  * `tenure append`: one fenced append. The store refuses a token older than the newest term it
  * has accepted for that lease, in the same transaction as the write; that refusal is exit code 3.
  */
-import { checkName, parseToken } from '../core/index.js';
+import { checkName } from '../core/index.js';
+import { parseToken } from '../fencing/index.js';
 import { parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
 import type { CliIO } from './output.js';

@@ -2,7 +2,8 @@
  * `tenure lock NAME -- CMD`: hold a distributed lock while CMD runs, like flock(1) across
  * machines, with the fencing token in CMD's environment.
  */
-import { checkName, checkOwner, formatToken, limits } from '../core/index.js';
+import { checkName, checkOwner, limits } from '../core/index.js';
+import { formatToken } from '../fencing/index.js';
 import { TenureError, redactSecrets, redactUrl } from '../core/index.js';
 import { openRedlock, parseRedlockUrl } from '../locks/index.js';
 import type { AcquireOptions, LockHandle, Redlock } from '../locks/index.js';

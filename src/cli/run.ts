@@ -3,7 +3,8 @@
  * a job on exactly one machine at a time, with the fencing token in the job's environment.
  */
 import { hostname } from 'node:os';
-import { TenureError, checkName, checkOwner, formatToken, limits } from '../core/index.js';
+import { TenureError, checkName, checkOwner, limits } from '../core/index.js';
+import { formatToken } from '../fencing/index.js';
 import type { DeposedReason, LeaderContext } from '../election/index.js';
 import { LeaderElector } from '../election/index.js';
 import type { Lease } from '../core/index.js';

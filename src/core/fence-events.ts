@@ -1,6 +1,6 @@
 /**
  * Every fenced write tenure refuses as stale is reported here, once, by the code that refused it:
- * each store's appendFenced and the SQL stores' fencedUpdate. `collectMetrics` counts them
+ * each store's appendFenced and tenure/fencing's fencedUpdate. `collectMetrics` counts them
  * (tenure_fenced_rejections_total). A listener must not throw; one that does is ignored.
  */
 import type { StaleTermError } from './errors.js';

@@ -1,10 +1,7 @@
 /**
- * Fencing tokens and incarnation ids.
- *
- * The text form of a token is `LEASE#TERM` (e.g. `billing#5`): readable in logs and env vars,
- * and unambiguous because the term is the digits after the last `#`.
+ * Fencing tokens and incarnation ids. The stores issue tokens (makeToken), so it lives here; the
+ * token's text form is in `fencing/token.ts`.
  */
-import { InvalidArgumentError } from './errors.js';
 import type { Random } from './random.js';
 import { randomSuffix } from './random.js';
 import type { FencingToken } from './types.js';
@@ -12,20 +9,6 @@ import { checkName, checkOwner, checkTerm } from './validate.js';
 
 export function makeToken(lease: string, term: number): FencingToken {
   return Object.freeze({ lease: checkName('lease', lease), term: checkTerm('term', term) });
-}
-
-export function formatToken(token: FencingToken): string {
-  return `${token.lease}#${token.term}`;
-}
-
-/** Parse `LEASE#TERM`; throws InvalidArgumentError (field `token`) when it does not parse. */
-export function parseToken(text: string): FencingToken {
-  const at = text.lastIndexOf('#');
-  const term = at > 0 ? text.slice(at + 1) : '';
-  if (at <= 0 || !/^[1-9]\d*$/.test(term)) {
-    throw new InvalidArgumentError('token', `expected LEASE#TERM such as 'billing#5', got '${text}'`);
-  }
-  return makeToken(text.slice(0, at), Number(term));
 }
 
 /**

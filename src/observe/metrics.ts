@@ -8,7 +8,7 @@
  *   tenure_renew_failures_total{group}      renewals that failed or got no answer
  *   tenure_leadership_changes_total{group}  elections and depositions of this node
  *   tenure_fenced_rejections_total{lease}   fenced writes refused as stale, every one in this process:
- *                                           appendFenced on any store, fencedUpdate on PostgreSQL/MySQL
+ *                                           appendFenced on any store, fencedUpdate on PostgreSQL/MySQL/SQLite
  */
 import { createRequire } from 'node:module';
 import { DriverMissingError, onFencedRejection } from '../core/index.js';

@@ -3,8 +3,11 @@ import pg from 'pg';
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { LeaderElector, StaleTermError, collectMetrics, openStore } from '../../src/index.js';
-import { MysqlStore, fencedUpdate as myFencedUpdate } from '../../src/stores/mysql/index.js';
-import { PostgresStore, fencedUpdate as pgFencedUpdate } from '../../src/stores/postgres/index.js';
+import { fencedUpdate, mysqlDialect, postgresDialect } from '../../src/fencing/index.js';
+import type { FencedUpdate } from '../../src/fencing/index.js';
+import type { FencingToken } from '../../src/core/index.js';
+import { MysqlStore } from '../../src/stores/mysql/index.js';
+import { PostgresStore } from '../../src/stores/postgres/index.js';
 import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
 
 describe('metrics through prom-client', () => {
@@ -37,6 +40,8 @@ describe('metrics through prom-client', () => {
 });
 
 describe('tenure_fenced_rejections_total counts every stale refusal', () => {
+  const pgFencedUpdate = (db: pg.Pool, token: FencingToken, update: FencedUpdate) => fencedUpdate(postgresDialect, db, token, update);
+  const myFencedUpdate = (db: mysql.Pool, token: FencingToken, update: FencedUpdate) => fencedUpdate(mysqlDialect, db, token, update);
   it('counts fencedUpdate refusals on PostgreSQL and MySQL, appendFenced on a bare store, once per registry', async () => {
     const registry = new Registry();
     const stopA = collectMetrics({}, { registry });

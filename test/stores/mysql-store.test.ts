@@ -1,7 +1,7 @@
 /**
  * MySQL/MariaDB store beyond the contract suite, against the real server: failures (server down
  * at start, a stalled statement), the user's own pool, table prefixes, names that differ only in
- * trailing spaces, the polling watch, fenced rows on a user's table, a 10,000-lease renewal, and a
+ * trailing spaces, the polling watch, a 10,000-lease renewal, and a
  * private server killed (-9) and restarted under a leader.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -13,7 +13,7 @@ import { InvalidArgumentError, SeededRandom, StaleTermError, StoreUnavailableErr
 import type { Lease } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
 import { openStore } from '../../src/open.js';
-import { MysqlStore, fencedUpdate } from '../../src/stores/mysql/index.js';
+import { MysqlStore } from '../../src/stores/mysql/index.js';
 import type { MysqlPool } from '../../src/stores/mysql/index.js';
 import { SCHEMA_VERSION } from '../../src/stores/mysql/sql.js';
 import { freePort } from './pg-instance.js';
@@ -300,111 +300,6 @@ describe('mysql store: on the shared server', () => {
     expect(results[6]!.lease).toMatchObject({ owner: 'y~1' });
     expect(results[0]!.lease).toMatchObject({ name: 'p/1', ttlMs: 30_000 });
     console.log(`mysql renewMany: 10,000 leases in one UPDATE plus one report SELECT, ${ms.toFixed(1)} ms`);
-  });
-
-  describe("fenced rows on the user's own table", () => {
-    // Terms as the lease store issues them: fencedUpdate checks a token's term against
-    // tenure_leases (the default prefix's lease table) in the same statement.
-    const issue = async (lease: string, upTo: number): Promise<void> => {
-      const store = open();
-      for (let i = 0; ; i++) {
-        const { lease: l } = await store.acquire(lease, `issuer${i}~1`, 60_000);
-        await store.release(lease, l.owner, l.term);
-        if (l.term >= upTo) return;
-      }
-    };
-
-    it('applies an update only for a term >= the last one that wrote the row, in the same statement', async () => {
-      await issue('billing', 5);
-      await pool.query('CREATE TABLE accounts (id INT PRIMARY KEY, balance INT NOT NULL, last_fence_token BIGINT NULL, last_fence_lease VARBINARY(800) NULL)');
-      await pool.query('INSERT INTO accounts (id, balance) VALUES (1, 100), (2, 0)');
-      const t = (term: number) => ({ lease: 'billing', term });
-      expect(await fencedUpdate(pool, t(3), { table: 'accounts', set: { balance: 90 }, where: { id: 1 } })).toEqual({ updated: 1 });
-      expect(await fencedUpdate(pool, t(3), { table: 'accounts', set: { balance: 90 }, where: { id: 1 } })).toEqual({ updated: 1 });
-      const err = await fencedUpdate(pool, t(2), { table: 'accounts', set: { balance: 0 }, where: { id: 1 } }).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(StaleTermError);
-      expect(err).toMatchObject({ lease: 'billing', term: 2, currentTerm: 3 });
-      expect(await fencedUpdate(pool, t(4), { table: `${db.name}.accounts`, set: { balance: 70 }, where: { id: 1 } })).toEqual({ updated: 1 });
-      expect(await fencedUpdate(pool, t(1), { table: 'accounts', set: { balance: 5 }, where: { id: 99 } })).toEqual({ updated: 0 });
-      const [rows] = await pool.query('SELECT id, balance, last_fence_token, CAST(last_fence_lease AS CHAR) AS lease FROM accounts ORDER BY id');
-      expect(rows).toEqual([
-        { id: 1, balance: 70, last_fence_token: 4, lease: 'billing' },
-        { id: 2, balance: 0, last_fence_token: null, lease: null },
-      ]);
-      await expect(fencedUpdate(pool, t(5), { table: 'accounts; DROP TABLE x', set: { balance: 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(
-        InvalidArgumentError,
-      );
-      await expect(fencedUpdate(pool, t(5), { table: 'accounts', set: { balance: 1 }, where: {} })).rejects.toBeInstanceOf(InvalidArgumentError);
-    });
-
-    it('cannot be poisoned by a forged token: a term never issued, or another lease, is refused and writes nothing', async () => {
-      await issue('payroll', 2);
-      await issue('Payroll', 1);
-      // A case-insensitive column: the lease is still compared byte for byte.
-      await pool.query(
-        'CREATE TABLE ledger (id INT PRIMARY KEY, note VARCHAR(40), last_fence_token BIGINT NULL, last_fence_lease VARCHAR(200) COLLATE utf8mb4_general_ci NULL)',
-      );
-      await pool.query("INSERT INTO ledger (id, note) VALUES (1, 'new')");
-      const update = (note: string) => ({ table: 'ledger', set: { note }, where: { id: 1 } });
-      for (const forged of [{ lease: 'anything', term: 2 ** 52 }, { lease: 'payroll', term: 2 ** 52 }, { lease: 'payroll', term: 3 }]) {
-        const err = await fencedUpdate(pool, forged, update('forged')).catch((e: unknown) => e);
-        expect(err).toBeInstanceOf(InvalidArgumentError);
-        expect((err as Error).message).toBe(`token.term: term ${forged.term} was never issued for lease ${forged.lease} (latest ${forged.lease === 'payroll' ? 2 : 0})`);
-      }
-      expect(await fencedUpdate(pool, { lease: 'payroll', term: 2 }, update('by payroll'))).toEqual({ updated: 1 });
-      const err = await fencedUpdate(pool, { lease: 'Payroll', term: 1 }, update('by Payroll')).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(InvalidArgumentError);
-      expect((err as Error).message).toBe('token.lease: rows of ledger are fenced by lease payroll, not Payroll');
-      const [rows] = await pool.query('SELECT note, last_fence_token, last_fence_lease FROM ledger');
-      expect(rows).toEqual([{ note: 'by payroll', last_fence_token: 2, last_fence_lease: 'payroll' }]);
-    });
-
-    it('refuses odd values (undefined, objects, NaN, functions) as bad input, writing nothing', async () => {
-      await issue('vals', 1);
-      await pool.query('CREATE TABLE vals (id INT PRIMARY KEY, v VARCHAR(20) NULL, last_fence_token BIGINT NULL, last_fence_lease VARBINARY(800) NULL)');
-      await pool.query("INSERT INTO vals (id, v) VALUES (1, 'keep')");
-      const token = { lease: 'vals', term: 1 };
-      for (const value of [undefined, { a: 1 }, [1, 2], Number.NaN, Number.POSITIVE_INFINITY, () => 1, new Date(Number.NaN)] as unknown[]) {
-        await expect(fencedUpdate(pool, token, { table: 'vals', set: { v: value as string }, where: { id: 1 } })).rejects.toThrow(/^set\.v: /);
-        await expect(fencedUpdate(pool, token, { table: 'vals', set: { v: 'x' }, where: { id: value as string } })).rejects.toThrow(/^where\.id: /);
-      }
-      const [rows] = await pool.query('SELECT v, last_fence_token FROM vals');
-      expect(rows).toEqual([{ v: 'keep', last_fence_token: null }]);
-      expect(await fencedUpdate(pool, token, { table: 'vals', set: { v: null }, where: { id: 1 } })).toEqual({ updated: 1 });
-    });
-
-    it('says what to do when the lease column or the lease table is missing', async () => {
-      await pool.query('CREATE TABLE legacy (id INT PRIMARY KEY, v VARCHAR(20), last_fence_token BIGINT NULL)');
-      await pool.query("INSERT INTO legacy (id, v) VALUES (1, 'old')");
-      await expect(fencedUpdate(pool, { lease: 'billing', term: 1 }, { table: 'legacy', set: { v: 'x' }, where: { id: 1 } })).rejects.toThrow(
-        /^leaseColumn: the table has no column last_fence_lease: add it/,
-      );
-      const unchecked = { table: 'legacy', where: { id: 1 }, leaseColumn: null };
-      await expect(fencedUpdate(pool, { lease: 'billing', term: 1 }, { ...unchecked, set: { v: 'x' }, leaseTable: 'nowhere_leases' })).rejects.toThrow(
-        /^leaseTable: no lease table nowhere_leases in this database/,
-      );
-      expect(await fencedUpdate(pool, { lease: 'elsewhere', term: 7 }, { ...unchecked, set: { v: 'x' }, leaseTable: null })).toEqual({ updated: 1 });
-      await expect(fencedUpdate(pool, { lease: 'elsewhere', term: 6 }, { ...unchecked, set: { v: 'y' }, leaseTable: null })).rejects.toBeInstanceOf(StaleTermError);
-    });
-
-    it('leaves the newest term in the row when writers of two terms race', async () => {
-      await issue('jobs', 2);
-      await pool.query('CREATE TABLE jobs (id INT PRIMARY KEY, state VARCHAR(20), last_fence_token BIGINT NULL, last_fence_lease VARBINARY(800) NULL)');
-      await pool.query("INSERT INTO jobs (id, state) VALUES (1, 'new')");
-      const outcomes = await Promise.all(
-        Array.from({ length: 40 }, (_, i) => {
-          const term = (i % 2) + 1;
-          return fencedUpdate(pool, { lease: 'jobs', term }, { table: 'jobs', set: { state: `by ${term}` }, where: { id: 1 } }).then(
-            () => `ok ${term}`,
-            (e: unknown) => (e instanceof StaleTermError ? 'stale' : `error ${String(e)}`),
-          );
-        }),
-      );
-      expect(outcomes.filter((o) => o.startsWith('error'))).toEqual([]);
-      expect(outcomes.filter((o) => o === 'ok 2')).toHaveLength(20);
-      const [rows] = await pool.query('SELECT state, last_fence_token FROM jobs WHERE id = 1');
-      expect(rows).toEqual([{ state: 'by 2', last_fence_token: 2 }]);
-    });
   });
 });
 

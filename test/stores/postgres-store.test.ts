@@ -1,14 +1,14 @@
 /**
  * PostgreSQL store beyond the contract suite, against real servers: failures (server down at
  * start, a stalled statement, a lost LISTEN connection, a server restart under a leader), the
- * user's own pool, table prefixes, fenced rows on a user's table, and a 10,000-lease renewal.
+ * user's own pool, table prefixes, and a 10,000-lease renewal.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { InvalidArgumentError, StaleTermError, StoreUnavailableError } from '../../src/core/index.js';
+import { InvalidArgumentError, StoreUnavailableError } from '../../src/core/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { openStore } from '../../src/open.js';
-import { PostgresStore, fencedUpdate } from '../../src/stores/postgres/index.js';
+import { PostgresStore } from '../../src/stores/postgres/index.js';
 import { SCHEMA_VERSION } from '../../src/stores/postgres/sql.js';
 import type { PgPool } from '../../src/stores/postgres/index.js';
 import { PgInstance, freePort, pgBinariesAvailable } from './pg-instance.js';
@@ -225,135 +225,6 @@ describe('postgres store: on the shared server', () => {
     expect(results[6]!.lease).toMatchObject({ owner: 'y~1' });
     expect(results[0]!.lease).toMatchObject({ name: 'p/1', ttlMs: 30_000 });
     console.log(`postgres renewMany: 10,000 leases in one statement, ${ms.toFixed(1)} ms`);
-  });
-
-  describe("fenced rows on the user's own table", () => {
-    // Terms as the lease store issues them: fencedUpdate checks a token's term against
-    // tenure_leases (the default prefix's lease table) in the same statement.
-    const issue = async (lease: string, upTo: number): Promise<void> => {
-      const store = open();
-      for (let i = 0; ; i++) {
-        const { lease: l } = await store.acquire(lease, `issuer${i}~1`, 60_000);
-        await store.release(lease, l.owner, l.term);
-        if (l.term >= upTo) return;
-      }
-    };
-
-    it('applies an update only for a term >= the last one that wrote the row, in the same statement', async () => {
-      await issue('billing', 5);
-      await pool.query('CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL, last_fence_token bigint, last_fence_lease text)');
-      await pool.query('INSERT INTO accounts (id, balance) VALUES (1, 100), (2, 0)');
-      const t = (term: number) => ({ lease: 'billing', term });
-      expect(await fencedUpdate(pool, t(3), { table: 'accounts', set: { balance: 90 }, where: { id: 1 } })).toEqual({ updated: 1 });
-      expect(await fencedUpdate(pool, t(3), { table: 'accounts', set: { balance: 80 }, where: { id: 1 } })).toEqual({ updated: 1 });
-      const err = await fencedUpdate(pool, t(2), { table: 'accounts', set: { balance: 0 }, where: { id: 1 } }).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(StaleTermError);
-      expect(err).toMatchObject({ lease: 'billing', term: 2, currentTerm: 3 });
-      expect(await fencedUpdate(pool, t(4), { table: 'public.accounts', set: { balance: 70 }, where: { id: 1 } })).toEqual({ updated: 1 });
-      expect(await fencedUpdate(pool, t(1), { table: 'accounts', set: { balance: 5 }, where: { id: 99 } })).toEqual({ updated: 0 });
-      expect((await pool.query('SELECT id, balance, last_fence_token, last_fence_lease FROM accounts ORDER BY id')).rows).toEqual([
-        { id: 1, balance: 70, last_fence_token: '4', last_fence_lease: 'billing' },
-        { id: 2, balance: 0, last_fence_token: null, last_fence_lease: null },
-      ]);
-      await expect(fencedUpdate(pool, t(5), { table: 'accounts; DROP TABLE x', set: { balance: 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(
-        InvalidArgumentError,
-      );
-      await expect(fencedUpdate(pool, t(5), { table: 'accounts', set: { 'balance = 0 --': 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(
-        InvalidArgumentError,
-      );
-      await expect(fencedUpdate(pool, t(5), { table: 'accounts', set: { balance: 1 }, where: {} })).rejects.toBeInstanceOf(InvalidArgumentError);
-    });
-
-    it('cannot be poisoned by a forged token: a term never issued, or another lease, is refused and writes nothing', async () => {
-      await issue('payroll', 2);
-      await issue('other', 1);
-      await pool.query('CREATE TABLE ledger (id int PRIMARY KEY, note text, last_fence_token bigint, last_fence_lease text)');
-      await pool.query("INSERT INTO ledger (id, note) VALUES (1, 'new')");
-      const update = (note: string) => ({ table: 'ledger', set: { note }, where: { id: 1 } });
-      // A term nobody issued, of a lease that does not exist and of the real one.
-      for (const forged of [{ lease: 'anything', term: 2 ** 52 }, { lease: 'payroll', term: 2 ** 52 }, { lease: 'payroll', term: 3 }]) {
-        const err = await fencedUpdate(pool, forged, update('forged')).catch((e: unknown) => e);
-        expect(err).toBeInstanceOf(InvalidArgumentError);
-        expect((err as Error).message).toBe(`token.term: term ${forged.term} was never issued for lease ${forged.lease} (latest ${forged.lease === 'payroll' ? 2 : 0})`);
-      }
-      // The real leader still writes, and binds the row to its lease.
-      expect(await fencedUpdate(pool, { lease: 'payroll', term: 2 }, update('by payroll'))).toEqual({ updated: 1 });
-      // Another lease's token, with a term that lease was issued, is refused.
-      const err = await fencedUpdate(pool, { lease: 'other', term: 1 }, update('by other')).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(InvalidArgumentError);
-      expect((err as Error).message).toBe('token.lease: rows of ledger are fenced by lease payroll, not other');
-      expect((await pool.query('SELECT note, last_fence_token, last_fence_lease FROM ledger')).rows).toEqual([
-        { note: 'by payroll', last_fence_token: '2', last_fence_lease: 'payroll' },
-      ]);
-      expect(await fencedUpdate(pool, { lease: 'payroll', term: 2 }, update('again'))).toEqual({ updated: 1 });
-    });
-
-    it('refuses odd values (undefined, objects, NaN, NUL, functions) as bad input, writing nothing', async () => {
-      await issue('vals', 1);
-      await pool.query('CREATE TABLE vals (id int PRIMARY KEY, v text, last_fence_token bigint, last_fence_lease text)');
-      await pool.query("INSERT INTO vals (id, v) VALUES (1, 'keep')");
-      const token = { lease: 'vals', term: 1 };
-      const bad: [string, unknown][] = [
-        ['undefined', undefined],
-        ['an object', { a: 1 }],
-        ['an array', [1, 2]],
-        ['NaN', Number.NaN],
-        ['Infinity', Number.POSITIVE_INFINITY],
-        ['a NUL', 'a\u0000b'],
-        ['a function', () => 1],
-        ['an invalid Date', new Date(Number.NaN)],
-      ];
-      for (const [what, value] of bad) {
-        const set = await fencedUpdate(pool, token, { table: 'vals', set: { v: value as string }, where: { id: 1 } }).catch((e: unknown) => e);
-        expect(set, what).toBeInstanceOf(InvalidArgumentError);
-        expect((set as Error).message, what).toMatch(/^set\.v: /);
-        const where = await fencedUpdate(pool, token, { table: 'vals', set: { v: 'x' }, where: { id: value as string } }).catch((e: unknown) => e);
-        expect(where, what).toBeInstanceOf(InvalidArgumentError);
-      }
-      await expect(fencedUpdate(pool, token, { table: 'vals', set: { last_fence_token: 9 }, where: { id: 1 } })).rejects.toThrow(/^set\.last_fence_token: /);
-      expect((await pool.query('SELECT v, last_fence_token FROM vals')).rows).toEqual([{ v: 'keep', last_fence_token: null }]);
-      // Good values still go through.
-      expect(await fencedUpdate(pool, token, { table: 'vals', set: { v: 'ok' }, where: { id: 1, v: 'keep' } })).toEqual({ updated: 1 });
-      expect(await fencedUpdate(pool, token, { table: 'vals', set: { v: null }, where: { id: 1n } })).toEqual({ updated: 1 });
-    });
-
-    it('says what to do when the lease column or the lease table is missing, and lets both checks be turned off', async () => {
-      await pool.query('CREATE TABLE legacy (id int PRIMARY KEY, v text, last_fence_token bigint)');
-      await pool.query("INSERT INTO legacy (id, v) VALUES (1, 'old')");
-      const err = await fencedUpdate(pool, { lease: 'billing', term: 1 }, { table: 'legacy', set: { v: 'x' }, where: { id: 1 } }).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(InvalidArgumentError);
-      expect((err as Error).message).toMatch(/^leaseColumn: the table has no column last_fence_lease: add it \(ALTER TABLE … ADD COLUMN last_fence_lease text\)/);
-      const noTable = await fencedUpdate(
-        pool,
-        { lease: 'billing', term: 1 },
-        { table: 'legacy', set: { v: 'x' }, where: { id: 1 }, leaseColumn: null, leaseTable: 'nowhere_leases' },
-      ).catch((e: unknown) => e);
-      expect(noTable).toBeInstanceOf(InvalidArgumentError);
-      expect((noTable as Error).message).toMatch(/^leaseTable: no lease table nowhere_leases in this database/);
-      // Unbound rows, leases elsewhere: only the order of terms is checked (documented).
-      const unchecked = { table: 'legacy', where: { id: 1 }, leaseColumn: null, leaseTable: null };
-      expect(await fencedUpdate(pool, { lease: 'elsewhere', term: 7 }, { ...unchecked, set: { v: 'x' } })).toEqual({ updated: 1 });
-      await expect(fencedUpdate(pool, { lease: 'elsewhere', term: 6 }, { ...unchecked, set: { v: 'y' } })).rejects.toBeInstanceOf(StaleTermError);
-    });
-
-    it('lets only one of two racing writers with different terms win, and never the older after the newer', async () => {
-      await issue('jobs', 2);
-      await pool.query('CREATE TABLE jobs (id int PRIMARY KEY, state text, last_fence_token bigint, last_fence_lease text)');
-      await pool.query("INSERT INTO jobs (id, state) VALUES (1, 'new')");
-      const outcomes = await Promise.all(
-        Array.from({ length: 40 }, (_, i) => {
-          const term = (i % 2) + 1;
-          return fencedUpdate(pool, { lease: 'jobs', term }, { table: 'jobs', set: { state: `by ${term}` }, where: { id: 1 } }).then(
-            () => `ok ${term}`,
-            (e: unknown) => (e instanceof StaleTermError ? 'stale' : `error ${String(e)}`),
-          );
-        }),
-      );
-      expect(outcomes.filter((o) => o.startsWith('error'))).toEqual([]);
-      const row = (await pool.query('SELECT state, last_fence_token FROM jobs WHERE id = 1')).rows[0];
-      expect(row).toEqual({ state: 'by 2', last_fence_token: '2' });
-      expect(outcomes.filter((o) => o === 'ok 2')).toHaveLength(20);
-    });
   });
 });
 

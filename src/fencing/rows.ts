@@ -1,12 +1,12 @@
 /**
- * What the PostgreSQL and MySQL `fencedUpdate` share: the checks of the caller's values, and the
- * reading of why an UPDATE that matched no row refused (the refusal itself is decided in the
+ * What `fencedUpdate` does the same in every SQL dialect: the checks of the caller's values, and
+ * the reading of why an UPDATE that matched no row refused (the refusal itself is decided in the
  * UPDATE, safety rule 5; this only names it).
  */
 import { InvalidArgumentError, StaleTermError, reportStale } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
 
-/** A column value the SQL `fencedUpdate` passes to the driver as a bind parameter. */
+/** A column value `fencedUpdate` passes to the driver as a bind parameter. */
 export type RowValue = string | number | bigint | boolean | Date | Buffer | Uint8Array | null;
 /** A RowValue as checked: bytes always a Buffer. */
 export type CheckedRowValue = Exclude<RowValue, Uint8Array> | Buffer;
@@ -14,10 +14,10 @@ export type CheckedRowValue = Exclude<RowValue, Uint8Array> | Buffer;
 /**
  * Every value of `set` or `where` is a plain SQL value: a string, a finite number, a bigint, a
  * boolean, a valid Date, bytes, or null. Anything else (undefined, an object, an array, NaN, a
- * function) is refused instead of being turned into NULL or text by the driver. With `noNul`
- * (PostgreSQL, whose text cannot hold it), a string must not contain U+0000.
+ * function) is refused instead of being turned into NULL or text by the driver. With
+ * `nulRefusal` (PostgreSQL, whose text cannot hold it), a string must not contain U+0000.
  */
-export function checkRowValues(field: string, values: unknown, noNul: boolean): [string, CheckedRowValue][] {
+export function checkRowValues(field: string, values: unknown, nulRefusal: string | null): [string, CheckedRowValue][] {
   if (typeof values !== 'object' || values === null || Array.isArray(values)) {
     throw new InvalidArgumentError(field, 'expected an object of column = value');
   }
@@ -25,7 +25,7 @@ export function checkRowValues(field: string, values: unknown, noNul: boolean): 
     const where = `${field}.${column}`;
     if (value === null || typeof value === 'boolean' || typeof value === 'bigint') return [column, value];
     if (typeof value === 'string') {
-      if (noNul && value.includes('\u0000')) throw new InvalidArgumentError(where, 'must not contain NUL (U+0000): PostgreSQL text cannot hold it');
+      if (nulRefusal !== null && value.includes('\u0000')) throw new InvalidArgumentError(where, `must not contain NUL (U+0000): ${nulRefusal}`);
       return [column, value];
     }
     if (typeof value === 'number') {

@@ -1,0 +1,158 @@
+/**
+ * What `fencedUpdate` needs to know about one SQL dialect: how to write a placeholder, quote an
+ * identifier, compare the lease column byte for byte, bind a value, run a statement on the
+ * caller's own client, and tell a missing column or table from any other error. The drivers are
+ * the caller's: nothing here imports one, the handles are described by the few calls made on them.
+ */
+import type { CheckedRowValue } from './rows.js';
+
+/** A database error `fencedUpdate` explains: a column or a table the statement named is missing. */
+export interface MissingObject {
+  readonly kind: 'column' | 'table';
+  /** The name as the server reported it (possibly qualified: `db.table`). */
+  readonly name: string;
+}
+
+export interface SqlDialect<Db> {
+  readonly name: 'postgres' | 'mysql' | 'sqlite';
+  /** The longest identifier the server accepts. */
+  readonly identifierMax: number;
+  /** What the first part of `A.B` is called: `SCHEMA` or `DATABASE`. */
+  readonly qualifier: string;
+  /** Why a string must not contain U+0000, or null when it may. */
+  readonly nulRefusal: string | null;
+  /** The column type `fencedUpdate` tells the caller to add for the lease column. */
+  readonly leaseColumnType: string;
+  /** An identifier, already checked against `[A-Za-z_][A-Za-z0-9_$]*`, quoted. */
+  quote(identifier: string): string;
+  /** The placeholder of the `index`-th value (1-based); each placeholder binds a value of its own. */
+  placeholder(index: number): string;
+  /** A placeholder holding a term, typed as the server needs. */
+  term(placeholder: string): string;
+  /** A placeholder holding a lease name, typed as the server needs. */
+  lease(placeholder: string): string;
+  /** `column` holds exactly the lease of `placeholder`, byte for byte whatever its collation. */
+  leaseEquals(column: string, placeholder: string): string;
+  /** The lease column as read back in the refusal report (`null` column: no lease). */
+  leaseRead(column: string | null): string;
+  /** A checked value as the driver binds it. */
+  bind(value: CheckedRowValue): unknown;
+  /** Run an UPDATE; resolves to the rows it matched. */
+  update(db: Db, sql: string, values: readonly unknown[]): Promise<number>;
+  /** Run a SELECT; resolves to its rows. */
+  select(db: Db, sql: string, values: readonly unknown[]): Promise<readonly Record<string, unknown>[]>;
+  /** The missing column or table this error reports, or null for any other error. */
+  missing(err: unknown): MissingObject | null;
+}
+
+function errorFields(err: unknown): { code: unknown; errno: unknown; message: string } {
+  const e = (typeof err === 'object' && err !== null ? err : {}) as { code?: unknown; errno?: unknown; message?: unknown };
+  return { code: e.code, errno: e.errno, message: typeof e.message === 'string' ? e.message : '' };
+}
+
+function matched(kind: MissingObject['kind'], re: RegExp, message: string): MissingObject | null {
+  const m = re.exec(message);
+  return m?.[1] ? { kind, name: m[1] } : null;
+}
+
+/** A pg Pool, Client or PoolClient (also one inside the caller's own transaction). */
+export interface PgQueryable {
+  query(text: string, values?: unknown[]): Promise<{ rowCount: number | null; rows: Record<string, unknown>[] }>;
+}
+
+/** PostgreSQL through `pg`. */
+export const postgresDialect: SqlDialect<PgQueryable> = {
+  name: 'postgres',
+  identifierMax: 63,
+  qualifier: 'SCHEMA',
+  nulRefusal: 'PostgreSQL text cannot hold it',
+  leaseColumnType: 'text',
+  quote: (id) => `"${id.replace(/"/g, '""')}"`,
+  placeholder: (i) => `$${i}`,
+  term: (p) => `${p}::bigint`,
+  lease: (p) => `${p}::text`,
+  leaseEquals: (column, p) => `${column} = ${p}`,
+  leaseRead: (column) => column ?? 'NULL::text',
+  bind: (v) => v,
+  update: async (db, sql, values) => (await db.query(sql, [...values])).rowCount ?? 0,
+  select: async (db, sql, values) => (await db.query(sql, [...values])).rows,
+  missing: (err) => {
+    const { code, message } = errorFields(err);
+    if (code === '42703') return matched('column', /column "([^"]+)"/, message);
+    if (code === '42P01') return matched('table', /relation "([^"]+)"/, message);
+    return null;
+  },
+};
+
+/** A mysql2/promise Pool, Connection or PoolConnection (also inside the caller's own transaction). */
+export interface MysqlExecutor {
+  execute(sql: string, values?: (string | number | bigint | boolean | Date | null | Buffer)[]): Promise<[unknown, unknown]>;
+}
+
+/**
+ * MySQL and MariaDB through `mysql2/promise`. The row count relies on mysql2's default
+ * FOUND_ROWS flag (matched rows, not changed rows).
+ */
+export const mysqlDialect: SqlDialect<MysqlExecutor> = {
+  name: 'mysql',
+  identifierMax: 64,
+  qualifier: 'DATABASE',
+  nulRefusal: null,
+  leaseColumnType: 'VARBINARY(800) NULL',
+  quote: (id) => `\`${id.replace(/`/g, '``')}\``,
+  placeholder: () => '?',
+  term: (p) => p,
+  lease: (p) => p,
+  // Byte for byte, whatever the column's collation: 'Billing' is not 'billing'.
+  leaseEquals: (column, p) => `CAST(${column} AS BINARY) = CAST(${p} AS BINARY)`,
+  leaseRead: (column) => (column ? `CAST(${column} AS BINARY)` : 'NULL'),
+  bind: (v) => v,
+  update: async (db, sql, values) => {
+    const [result] = await db.execute(sql, values as Parameters<MysqlExecutor['execute']>[1]);
+    return Number((result as { affectedRows?: unknown }).affectedRows ?? 0);
+  },
+  select: async (db, sql, values) => {
+    const [rows] = await db.execute(sql, values as Parameters<MysqlExecutor['execute']>[1]);
+    return rows as Record<string, unknown>[];
+  },
+  missing: (err) => {
+    const { errno, message } = errorFields(err);
+    if (errno === 1054 /* ER_BAD_FIELD_ERROR */) return matched('column', /column '([^']+)'/i, message);
+    if (errno === 1146 /* ER_NO_SUCH_TABLE */) return matched('table', /table '([^']+)'/i, message);
+    return null;
+  },
+};
+
+/** A better-sqlite3 Database or a node:sqlite DatabaseSync (also inside the caller's own transaction). */
+export interface SqliteDatabase {
+  prepare(sql: string): {
+    run(...params: unknown[]): { changes: number | bigint };
+    all(...params: unknown[]): unknown[];
+  };
+}
+
+/**
+ * SQLite through `better-sqlite3` or `node:sqlite`. SQLite has no boolean or date type: a boolean
+ * is bound as 1 or 0 and a Date as its ISO 8601 text (what SQLite's date functions read).
+ */
+export const sqliteDialect: SqlDialect<SqliteDatabase> = {
+  name: 'sqlite',
+  identifierMax: 128,
+  qualifier: 'SCHEMA',
+  nulRefusal: null,
+  leaseColumnType: 'TEXT',
+  quote: (id) => `"${id.replace(/"/g, '""')}"`,
+  placeholder: () => '?',
+  term: (p) => p,
+  lease: (p) => p,
+  // The explicit collation wins over the column's (a column declared COLLATE NOCASE included).
+  leaseEquals: (column, p) => `${column} = ${p} COLLATE BINARY`,
+  leaseRead: (column) => column ?? 'NULL',
+  bind: (v) => (typeof v === 'boolean' ? (v ? 1 : 0) : v instanceof Date ? v.toISOString() : v),
+  update: async (db, sql, values) => Number(db.prepare(sql).run(...values).changes),
+  select: async (db, sql, values) => db.prepare(sql).all(...values) as Record<string, unknown>[],
+  missing: (err) => {
+    const { message } = errorFields(err);
+    return matched('column', /no such column: (\S+)/, message) ?? matched('table', /no such table: (\S+)/, message);
+  },
+};

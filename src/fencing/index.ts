@@ -1,0 +1,16 @@
+/**
+ * `tenure/fencing`: everything a fenced write needs, in one place.
+ *
+ * - the fencing token, its text form `LEASE#TERM` and the fence decision (defined in `core/`,
+ *   where the stores can reach them, and re-exported here);
+ * - `fencedUpdate`, the fenced row on the user's own SQL table, for PostgreSQL, MySQL and SQLite,
+ *   built on a small dialect object (`postgresDialect`, `mysqlDialect`, `sqliteDialect`);
+ * - the helpers that carry a token to the resource it guards (to come).
+ *
+ * This folder imports only `core/`; the drivers are the caller's, passed in.
+ */
+export * from './token.js';
+export { fencedUpdate, type FencedUpdate, type FencedUpdateResult } from './fenced-update.js';
+export { postgresDialect, mysqlDialect, sqliteDialect } from './dialects.js';
+export type { SqlDialect, MissingObject, PgQueryable, MysqlExecutor, SqliteDatabase } from './dialects.js';
+export type { RowValue } from './rows.js';

@@ -22,7 +22,7 @@ import type { Redis } from 'ioredis';
 import { Redlock } from './redlock.js';
 import type { RedlockOptions } from './redlock.js';
 import { quorumCounter, redisCounter } from './redlock-fencing.js';
-import { loadIoredis } from './redlock-instance.js';
+import { loadIoredis } from '../stores/redis/driver.js';
 
 export interface RedlockUrl {
   readonly servers: readonly { readonly host: string; readonly port: number }[];
@@ -92,7 +92,7 @@ function parse(url: string): RedlockUrl {
  */
 export async function openRedlock(url: string, options: Partial<Omit<RedlockOptions, 'clients'>> & { connectTimeoutMs?: number } = {}): Promise<Redlock> {
   const parsed = parseRedlockUrl(url);
-  const Ioredis = loadIoredis();
+  const Ioredis = loadIoredis('redlock');
   const clients: Redis[] = parsed.servers.map(
     (s) =>
       new Ioredis({

@@ -4,7 +4,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { InvalidArgumentError, StaleTermError, redactUrl } from './core/index.js';
-import { TypedEmitter } from './election/index.js';
+import { TypedEmitter } from './core/index.js';
 import type { AcquireResult, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewManyItem, RenewResult, Store, StreamEntry, Unsubscribe, WatchListener } from './core/index.js';
 import { Lock } from './locks/index.js';
 import type { LockOptions } from './locks/index.js';

@@ -3,7 +3,7 @@
  * Drivers are loaded only when their store is used.
  */
 import { InvalidArgumentError, StaleTermError, redactUrl } from './core/index.js';
-import { TypedEmitter } from './election/index.js';
+import { TypedEmitter } from './core/index.js';
 import type { AcquireResult, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewManyItem, RenewResult, Store, StreamEntry, Unsubscribe, WatchListener } from './core/index.js';
 import { Lock } from './locks/index.js';
 import type { LockOptions } from './locks/index.js';

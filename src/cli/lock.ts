@@ -2,7 +2,7 @@
  * `tenure lock NAME -- CMD`: hold a distributed lock while CMD runs, like flock(1) across
  * machines, with the fencing token in CMD's environment.
  */
-import { checkName, checkOwner, limits } from '../core/index.js';
+import { checkName, checkOwner, limits, timingDefaults } from '../core/index.js';
 import { formatToken } from '../fencing/index.js';
 import { TenureError, redactSecrets, redactUrl } from '../core/index.js';
 import { openRedlock, parseRedlockUrl } from '../locks/index.js';
@@ -18,7 +18,6 @@ import type { TerminationSignal } from './signals.js';
 import { STORE_OPTION, StoreOpenError, openCliStore, probeStore, storeTarget } from './store.js';
 import type { StoreTarget } from './store.js';
 
-const DEFAULT_TTL_MS = 10_000;
 const DEFAULT_GRACE_MS = 5000;
 /** How long each Redlock server gets to answer the start-up PING, ms. */
 const PROBE_TIMEOUT_MS = 2000;
@@ -56,7 +55,7 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
   }
   const { values } = args;
   const name = checkName('NAME', args.positionals[0]);
-  const ttlMs = durationOption(values, 'ttl', DEFAULT_TTL_MS, limits.ttlMinMs, limits.ttlMaxMs);
+  const ttlMs = durationOption(values, 'ttl', timingDefaults.ttlMs, limits.ttlMinMs, limits.ttlMaxMs);
   const waitText = stringOption(values, 'wait');
   const waitMs = waitText === undefined ? undefined : durationOption(values, 'wait', 0, 0, limits.ttlMaxMs);
   const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, 3_600_000);

@@ -3,7 +3,7 @@
  * a job on exactly one machine at a time, with the fencing token in the job's environment.
  */
 import { hostname } from 'node:os';
-import { TenureError, checkName, checkOwner, limits } from '../core/index.js';
+import { TenureError, checkName, checkOwner, limits, timingDefaults } from '../core/index.js';
 import { formatToken } from '../fencing/index.js';
 import type { DeposedReason, LeaderContext } from '../election/index.js';
 import { LeaderElector } from '../election/index.js';
@@ -22,7 +22,6 @@ const RESTART_MIN_MS = 1000;
 const RESTART_MAX_MS = 30_000;
 /** A child that ran at least this long restarts after the shortest backoff again, ms. */
 const RESTART_RESET_MS = 10_000;
-const DEFAULT_TTL_MS = 10_000;
 const DEFAULT_GRACE_MS = 5000;
 const MAX_GRACE_MS = 3_600_000;
 
@@ -67,7 +66,7 @@ export async function runCommand(argv: readonly string[], io: CliIO): Promise<nu
   }
   const { values } = args;
   const group = checkName('--group', stringOption(values, 'group'));
-  const ttlMs = durationOption(values, 'ttl', DEFAULT_TTL_MS, limits.ttlMinMs, limits.ttlMaxMs);
+  const ttlMs = durationOption(values, 'ttl', timingDefaults.ttlMs, limits.ttlMinMs, limits.ttlMaxMs);
   const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, MAX_GRACE_MS);
   const id = stringOption(values, 'id');
   if (id !== undefined) checkOwner('--id', id);

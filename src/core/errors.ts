@@ -10,7 +10,16 @@ export type TenureErrorCode =
   | 'NOT_LEADER'
   | 'LOCK_TIMEOUT'
   | 'DRIVER_MISSING'
-  | 'CLOSED';
+  | 'CLOSED'
+  // The Raft core's errors (RaftError and its subclasses, src/raft/core/errors.ts):
+  | 'PROPOSAL_DROPPED'
+  | 'LOG_COMPACTED'
+  | 'LOG_UNAVAILABLE'
+  | 'SNAPSHOT_OUT_OF_DATE'
+  | 'SNAPSHOT_UNAVAILABLE'
+  | 'INVALID_CONF_CHANGE'
+  | 'INVALID_CONFIG'
+  | 'INVARIANT_VIOLATED';
 
 export class TenureError extends Error {
   readonly code: TenureErrorCode;

@@ -8,3 +8,4 @@ export * from './timing.js';
 export * from './lease.js';
 export * from './redact.js';
 export * from './fence-events.js';
+export * from './typed-emitter.js';

@@ -21,6 +21,7 @@ export interface TimingOptions {
 
 export type Timing = Required<TimingOptions>;
 
+/** The one default lease TTL (10 s) of every layer: elector, lock, Redlock, etcd session, CLI. */
 export const timingDefaults = { ttlMs: 10_000 } as const;
 
 /** Fill defaults and check the relations; errors name the fields and the allowed ranges. */

@@ -3,7 +3,7 @@
  * field and the allowed range.
  */
 import { InvalidArgumentError, StoreDataError } from './errors.js';
-import type { FencingToken, LeaseMeta } from './types.js';
+import type { FencingToken, LeaseMeta, RenewManyItem } from './types.js';
 
 export const limits = {
   nameMaxLength: 200,
@@ -105,6 +105,22 @@ export function termExhausted(store: string, lease: string, value: unknown): Sto
   return new StoreDataError(
     `${store} store: lease ${JSON.stringify(lease)} is at term ${term}, the highest tenure can issue; no new term can be issued (nothing was written)`,
   );
+}
+
+/**
+ * A renewMany batch: an array of distinct valid names with valid terms, of at most `max` items
+ * when the store gives a bound (Redis renews a batch in one script).
+ */
+export function checkRenewItems(leases: readonly RenewManyItem[], max?: number): void {
+  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
+  if (max !== undefined && leases.length > max) throw new InvalidArgumentError('leases', `at most ${max} per call, got ${leases.length}`);
+  const seen = new Set<string>();
+  leases.forEach((l, i) => {
+    checkName(`leases[${i}].name`, l?.name);
+    checkTerm(`leases[${i}].term`, l?.term);
+    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
+    seen.add(l.name);
+  });
 }
 
 export function checkToken(field: string, value: unknown): FencingToken {

@@ -29,7 +29,7 @@ import {
 } from '../core/index.js';
 import type { AcquireResult, Clock, FencingToken, Lease, LeaseMeta, Random, Store, Timing, TimingOptions, Unsubscribe } from '../core/index.js';
 import { hostname } from 'node:os';
-import { TypedEmitter } from './typed-emitter.js';
+import { TypedEmitter } from '../core/typed-emitter.js';
 
 export interface LeaderElectorOptions extends TimingOptions {
   store: Store;

@@ -16,7 +16,7 @@
 import { StoreUnavailableError, checkName, leaderDeadline, makeIncarnation, makeToken, resolveTiming, systemClock, systemRandom } from '../core/index.js';
 import type { Clock, FencingToken, Lease, LeaseMeta, Random, RenewResult, Store, Timing, TimingOptions } from '../core/index.js';
 import { hostname } from 'node:os';
-import { TypedEmitter } from './typed-emitter.js';
+import { TypedEmitter } from '../core/typed-emitter.js';
 
 export interface LeaseSetOptions extends TimingOptions {
   store: Store;

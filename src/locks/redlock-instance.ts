@@ -5,10 +5,9 @@
  * injected clock; an error or a timeout is an answer of "unknown", never of "granted".
  */
 import { createHash } from 'node:crypto';
-import { createRequire } from 'node:module';
-import { DriverMissingError, StoreDataError } from '../core/index.js';
+import { StoreDataError } from '../core/index.js';
 import type { Clock } from '../core/index.js';
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Redis } from 'ioredis';
 
 /**
  * Counters never pass 2^53 - 1, the highest token tenure issues: an INCR that passes it (its reply,
@@ -260,19 +259,3 @@ export function counterExhausted(address: string, counterKey: string, counter: s
   );
 }
 
-const require = createRequire(import.meta.url);
-
-interface IoredisCtor {
-  new (options: RedisOptions): Redis;
-}
-
-/** The ioredis constructor, loaded only when a Redlock is opened from a URL. */
-export function loadIoredis(): IoredisCtor {
-  try {
-    const mod = require('ioredis') as IoredisCtor & { default?: IoredisCtor };
-    return mod.default ?? mod;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND') throw new DriverMissingError('ioredis', 'redlock');
-    throw err;
-  }
-}

@@ -18,11 +18,11 @@
  * A password for every server may be given as `redlock://:PASSWORD@host:port,…`.
  */
 import { InvalidArgumentError, checkTtl, parseDuration, redactSecrets, redactUrl, systemClock } from '../core/index.js';
-import type { Redis } from 'ioredis';
+import type { Redis, RedisOptions } from 'ioredis';
 import { Redlock } from './redlock.js';
 import type { RedlockOptions } from './redlock.js';
 import { quorumCounter, redisCounter } from './redlock-fencing.js';
-import { loadIoredis } from './redlock-instance.js';
+import { loadDriver } from '../core/driver.js';
 
 export interface RedlockUrl {
   readonly servers: readonly { readonly host: string; readonly port: number }[];
@@ -92,7 +92,7 @@ function parse(url: string): RedlockUrl {
  */
 export async function openRedlock(url: string, options: Partial<Omit<RedlockOptions, 'clients'>> & { connectTimeoutMs?: number } = {}): Promise<Redlock> {
   const parsed = parseRedlockUrl(url);
-  const Ioredis = loadIoredis();
+  const Ioredis = loadDriver<new (options: RedisOptions) => Redis>('ioredis', 'redlock');
   const clients: Redis[] = parsed.servers.map(
     (s) =>
       new Ioredis({

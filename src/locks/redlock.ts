@@ -40,6 +40,7 @@ import {
   sleep,
   systemClock,
   systemRandom,
+  timingDefaults,
 } from '../core/index.js';
 import type { Clock, FencingToken, Random } from '../core/index.js';
 import type { Redis } from 'ioredis';
@@ -56,7 +57,7 @@ import type { AcquireOptions, LockHandle } from './lock.js';
 /** Defaults, in one place (README table). */
 export const redlockDefaults = {
   /** Lock time to live, ms. */
-  ttlMs: 10_000,
+  ttlMs: timingDefaults.ttlMs,
   /** Fraction of the TTL allowed for clock drift between us and the servers. */
   driftFactor: 0.01,
   /** Added to the drift: Redis expires with 1 ms precision, plus 1 ms for rounding. */

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { TenureError } from '../../src/core/errors.js';
 import { SeededRandom } from '../../src/core/random.js';
 import {
   InvalidRaftConfigError,
@@ -111,6 +112,22 @@ describe('RawNode', () => {
     node.advance();
     expect(() => node.step(message({ type: 'hup', from: 1, to: 1 }))).toThrow(RaftError);
     expect(() => node.step(message({ type: 'heartbeat', from: 2, to: 3, term: 1 }))).toThrow(/for 3/);
+  });
+
+  it("the Raft core's errors are TenureErrors, keeping their names and codes", () => {
+    const node = new RawNode(config(1, new MemoryStorage(voters([1]))));
+    let caught: unknown;
+    try {
+      node.step(message({ type: 'hup', from: 1, to: 1 }));
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).toBeInstanceOf(RaftError);
+    expect(caught).toBeInstanceOf(TenureError);
+    expect(caught).toMatchObject({ name: 'RaftError', code: 'INVARIANT_VIOLATED' });
+    const invalid = new InvalidRaftConfigError('electionTick', 'must be > heartbeatTick');
+    expect(invalid).toBeInstanceOf(TenureError);
+    expect(invalid).toMatchObject({ name: 'InvalidRaftConfigError', code: 'INVALID_CONFIG', field: 'electionTick' });
   });
 
   it('a lease-based read is answered by the leader without a heartbeat round', () => {

@@ -1,51 +1,75 @@
 /**
- * MySQL/MariaDB store beyond the contract suite, against the real server: failures (server down
- * at start, a stalled statement), the user's own pool, table prefixes, names that differ only in
- * trailing spaces, the polling watch, a 10,000-lease renewal, and a
- * private server killed (-9) and restarted under a leader.
+ * MySQL/MariaDB store beyond the contract suite, against the real server: the shared SQL scenarios
+ * (sql-store.suite.ts: server down at start, the user's own pool, table prefixes, a stalled
+ * statement, a 10,000-lease renewal, racing fenced writers) and MySQL's own: schema migrations,
+ * names that differ only in trailing spaces, a leader whose store stalls, the polling watch,
+ * remembered stream heads, and a private server killed (-9) and
+ * restarted under a leader.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
-import { InvalidArgumentError, SeededRandom, StaleTermError, StoreUnavailableError } from '../../src/core/index.js';
+import { InvalidArgumentError, SeededRandom, StaleTermError } from '../../src/core/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
-import { openStore } from '../../src/open.js';
 import { MysqlStore } from '../../src/stores/mysql/index.js';
+import { fencedUpdate, mysqlDialect } from '../../src/fencing/index.js';
 import type { MysqlPool } from '../../src/stores/mysql/index.js';
 import { SCHEMA_VERSION } from '../../src/stores/mysql/sql.js';
-import { freePort } from './pg-instance.js';
 import { createMysqlDatabase } from './sql-servers.js';
+import { sqlStoreSuite } from './sql-store.suite.js';
 import type { TestDatabase } from './sql-servers.js';
 import { mysqlChaos } from '../chaos/stores/mysql.js';
 import type { ChaosInstance } from '../chaos/stores/types.js';
 import { leadThroughServerOutage, sleep, waitFor } from './restart-scenario.js';
 
 
+sqlStoreSuite<MysqlStore, mysql.Pool>({
+  name: 'mysql',
+  port: 3306,
+  schemaVersion: SCHEMA_VERSION,
+  createDatabase: createMysqlDatabase,
+  store: (options) => new MysqlStore(options),
+  urlOnPort: (port) => `mysql://root@127.0.0.1:${port}/tenure`,
+  openUrlOnPort: (port) => `mysql://root@127.0.0.1:${port}/tenure?prefix=x_`,
+  pool: (url) => {
+    const pool = mysql.createPool({ uri: url, connectionLimit: 4 });
+    return {
+      pool,
+      rows: async (sql) => (await pool.query(sql))[0] as Record<string, unknown>[],
+      lockRow: async (table, name) => {
+        const blocker = await pool.getConnection();
+        await blocker.query('START TRANSACTION');
+        await blocker.query(`SELECT * FROM ${table} WHERE name = ? FOR UPDATE`, [name]);
+        return async () => {
+          await blocker.query('ROLLBACK');
+          blocker.release();
+        };
+      },
+      fencedUpdate: (token, update) => fencedUpdate(mysqlDialect, pool, token, update),
+      end: () => pool.end(),
+    };
+  },
+  endpoint: /^127\.0\.0\.1:3306$/,
+  quote: '`',
+  seedLeasesSql: (table, count) => {
+    // Ten digits cross-joined four times: 1..10,000.
+    if (count !== 10_000) throw new Error('seedLeasesSql: only 10,000');
+    const digits = `(${Array.from({ length: 10 }, (_, d) => `SELECT ${d} AS d`).join(' UNION ALL ')})`;
+    return `INSERT INTO ${table} (name, owner, term, expires_at, ttl_ms, meta)
+       SELECT CONCAT('p/', a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 1), 'x~1', 1, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, 60000, '{}'
+       FROM ${digits} a, ${digits} b, ${digits} c, ${digits} e`;
+  },
+  renewManyShape: 'one UPDATE plus one report SELECT',
+  fencedTableSql: (name) => `CREATE TABLE ${name} (id INT PRIMARY KEY, state VARCHAR(20), last_fence_token BIGINT NULL, last_fence_lease VARBINARY(800) NULL)`,
+  bigint: (n) => n,
+});
+
 // The user's own mysql2 pool fits the store's structural type (checked by the compiler).
 const _poolFits = (p: mysql.Pool): MysqlPool => p;
 void _poolFits;
-
-describe('mysql store: server down at start', () => {
-  it('rejects with StoreUnavailableError naming host and port', async () => {
-    const port = await freePort(); // nothing listens there
-    const store = new MysqlStore({ url: `mysql://root@127.0.0.1:${port}/tenure`, timeoutMs: 2000 });
-    const err = await store.acquire('g', 'a~1', 1000).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(StoreUnavailableError);
-    expect((err as Error).message).toContain(`127.0.0.1:${port}`);
-    await store.close();
-  });
-
-  it('does the same through openStore(url)', async () => {
-    const port = await freePort();
-    const store = await openStore(`mysql://root@127.0.0.1:${port}/tenure?prefix=x_`);
-    expect(store.kind).toBe('mysql');
-    await expect(store.read('g')).rejects.toThrow(new RegExp(`127\\.0\\.0\\.1:${port}`));
-    await store.close();
-  });
-});
 
 describe('mysql store: on the shared server', () => {
   let db: TestDatabase;
@@ -67,27 +91,6 @@ describe('mysql store: on the shared server', () => {
   afterAll(async () => {
     await pool.end();
     await db.drop();
-  });
-
-  it("accepts the user's own mysql2 pool and leaves it open on close", async () => {
-    const store = open({ pool, tablePrefix: 'own_' });
-    expect(store.endpoint).toBe('127.0.0.1:3306');
-    expect((await store.acquire('g', 'a~1', 5000)).acquired).toBe(true);
-    await store.close();
-    const [rows] = await pool.query('SELECT COUNT(*) AS n FROM own_leases');
-    expect(rows).toEqual([{ n: 1 }]);
-  });
-
-  it('keeps stores with different table prefixes apart and validates the prefix', async () => {
-    const a = open({ tablePrefix: 'app_a_' });
-    const b = open({ tablePrefix: 'app_b_' });
-    await a.acquire('g', 'a~1', 5000);
-    expect(await b.read('g')).toBeNull();
-    for (const bad of ['', '1abc', 'a-b', 'x`; DROP TABLE y; --', 'a'.repeat(41)]) {
-      expect(() => new MysqlStore({ url: db.url, tablePrefix: bad })).toThrow(InvalidArgumentError);
-    }
-    const [v] = await pool.query("SELECT value FROM app_a_schema WHERE `key` = 'version'");
-    expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
   });
 
   it('migrates a version 3 schema in place: each stream belongs to the lease of its entry 1', async () => {
@@ -129,12 +132,6 @@ describe('mysql store: on the shared server', () => {
     await expect(store.appendFenced({ lease: 'g', term: next.lease.term + 5 }, 's', 'x')).rejects.toBeInstanceOf(InvalidArgumentError);
   });
 
-  it('creates the schema once when many stores start at the same moment', async () => {
-    const many = Array.from({ length: 6 }, () => open({ tablePrefix: 'race_' }));
-    const results = await Promise.all(many.map((s, i) => s.acquire('g', `n${i}~1`, 5000)));
-    expect(results.filter((r) => r.acquired)).toHaveLength(1);
-  });
-
   it('treats names that differ only by trailing spaces or case as different leases', async () => {
     const store = open({ tablePrefix: 'names_' });
     expect((await store.acquire('g', 'a~1', 5000)).acquired).toBe(true);
@@ -143,27 +140,6 @@ describe('mysql store: on the shared server', () => {
     expect((await store.acquire('grüße/ä', 'd~1', 5000)).acquired).toBe(true);
     expect((await store.list('grüße/')).map((l) => l.name)).toEqual(['grüße/ä']);
     expect((await store.read('g '))!.owner).toBe('b~1');
-  });
-
-  it('a statement that gets no answer in time is "maybe": StoreUnavailableError, never a result', async () => {
-    const setup = open({ tablePrefix: 'stall_' });
-    await setup.acquire('g', 'a~1', 50);
-    const store = open({ tablePrefix: 'stall_', timeoutMs: 300 });
-    const blocker = await pool.getConnection();
-    try {
-      await blocker.query('START TRANSACTION');
-      await blocker.query("SELECT * FROM stall_leases WHERE name = 'g' FOR UPDATE");
-      const err = await store.acquire('g', 'b~1', 5000).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(StoreUnavailableError);
-      expect((err as Error).message).toMatch(/127\.0\.0\.1:3306.*no answer within 300 ms; the outcome is unknown/);
-    } finally {
-      await blocker.query('ROLLBACK');
-      blocker.release();
-    }
-    const after = await setup.acquire('g', 'c~1', 5000);
-    // The stalled acquire may have landed after the lock was let go ("maybe"): either way term 2.
-    expect(after.lease.term).toBe(2);
-    expect(await store.read('g')).toMatchObject({ owner: after.lease.owner, term: 2 });
   });
 
   it('stops leader work at the local deadline when the store stalls, and the node recovers by itself', async () => {
@@ -278,28 +254,6 @@ describe('mysql store: on the shared server', () => {
     await expect(a.appendFenced(token, 'log', 'stale')).rejects.toBeInstanceOf(StaleTermError);
     const after = await a.readStream('log', { after: 45, limit: 10 });
     expect(after.map((e) => [e.seq, e.payload])).toEqual([[46, 'new term']]);
-  });
-
-  it('renews 10,000 leases in one statement and reports the lost ones', async () => {
-    const store = open({ tablePrefix: 'many_', timeoutMs: 30_000 });
-    await store.migrate();
-    const digits = `(${Array.from({ length: 10 }, (_, d) => `SELECT ${d} AS d`).join(' UNION ALL ')})`;
-    await pool.query(
-      `INSERT INTO many_leases (name, owner, term, expires_at, ttl_ms, meta)
-       SELECT CONCAT('p/', a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 1), 'x~1', 1, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE, 60000, '{}'
-       FROM ${digits} a, ${digits} b, ${digits} c, ${digits} e`,
-    );
-    await pool.query("UPDATE many_leases SET owner = 'y~1' WHERE name IN ('p/7', 'p/9999')");
-    const batch = Array.from({ length: 10_000 }, (_, i) => ({ name: `p/${i + 1}`, term: 1 }));
-    const t0 = performance.now();
-    const results = await store.renewMany('x~1', batch, 30_000);
-    const ms = performance.now() - t0;
-    expect(results).toHaveLength(10_000);
-    const lost = results.flatMap((r, i) => (r.renewed ? [] : [batch[i]!.name]));
-    expect(lost).toEqual(['p/7', 'p/9999']);
-    expect(results[6]!.lease).toMatchObject({ owner: 'y~1' });
-    expect(results[0]!.lease).toMatchObject({ name: 'p/1', ttlMs: 30_000 });
-    console.log(`mysql renewMany: 10,000 leases in one UPDATE plus one report SELECT, ${ms.toFixed(1)} ms`);
   });
 });
 

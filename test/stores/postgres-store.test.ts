@@ -1,45 +1,64 @@
 /**
- * PostgreSQL store beyond the contract suite, against real servers: failures (server down at
- * start, a stalled statement, a lost LISTEN connection, a server restart under a leader), the
- * user's own pool, table prefixes, and a 10,000-lease renewal.
+ * PostgreSQL store beyond the contract suite, against real servers: the shared SQL scenarios
+ * (sql-store.suite.ts: server down at start, the user's own pool, table prefixes, a stalled
+ * statement, a 10,000-lease renewal, racing fenced writers) and PostgreSQL's own: a lost LISTEN
+ * connection, a server restart under a leader, schema migrations.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { InvalidArgumentError, StoreUnavailableError } from '../../src/core/index.js';
+import { InvalidArgumentError } from '../../src/core/index.js';
 import type { Lease } from '../../src/core/index.js';
-import { openStore } from '../../src/open.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
+import { fencedUpdate, postgresDialect } from '../../src/fencing/index.js';
 import { SCHEMA_VERSION } from '../../src/stores/postgres/sql.js';
 import type { PgPool } from '../../src/stores/postgres/index.js';
-import { PgInstance, freePort, pgBinariesAvailable } from './pg-instance.js';
+import { PgInstance, pgBinariesAvailable } from './pg-instance.js';
 import { createPostgresDatabase } from './sql-servers.js';
+import { sqlStoreSuite } from './sql-store.suite.js';
 import type { TestDatabase } from './sql-servers.js';
 import { leadThroughServerOutage, sleep, waitFor } from './restart-scenario.js';
 
 
+sqlStoreSuite<PostgresStore, pg.Pool>({
+  name: 'postgres',
+  port: 5432,
+  schemaVersion: SCHEMA_VERSION,
+  createDatabase: createPostgresDatabase,
+  store: (options) => new PostgresStore(options),
+  urlOnPort: (port) => `postgres://postgres@127.0.0.1:${port}/tenure`,
+  openUrlOnPort: (port) => `postgresql://postgres@127.0.0.1:${port}/tenure`,
+  pool: (url) => {
+    const pool = new pg.Pool({ connectionString: url, max: 4 });
+    pool.on('error', () => {}); // its clients are cut when the database is dropped
+    return {
+      pool,
+      rows: async (sql) => (await pool.query(sql)).rows as Record<string, unknown>[],
+      lockRow: async (table, name) => {
+        const blocker = await pool.connect();
+        await blocker.query('BEGIN');
+        await blocker.query(`SELECT * FROM ${table} WHERE name = $1 FOR UPDATE`, [name]);
+        return async () => {
+          await blocker.query('ROLLBACK');
+          blocker.release();
+        };
+      },
+      fencedUpdate: (token, update) => fencedUpdate(postgresDialect, pool, token, update),
+      end: () => pool.end(),
+    };
+  },
+  endpoint: /:5432$/,
+  quote: '"',
+  seedLeasesSql: (table, count) =>
+    `INSERT INTO ${table} (name, owner, term, expires_at, ttl_ms, meta)
+     SELECT 'p/' || i, 'x~1', 1, now() + interval '1 minute', 60000, '{}' FROM generate_series(1, ${count}) AS i`,
+  renewManyShape: 'one statement',
+  fencedTableSql: (name) => `CREATE TABLE ${name} (id int PRIMARY KEY, state text, last_fence_token bigint, last_fence_lease text)`,
+  bigint: (n) => String(n),
+});
+
 // The user's own pg.Pool fits the store's structural type (checked by the compiler).
 const _poolFits = (p: pg.Pool): PgPool => p;
 void _poolFits;
-
-describe('postgres store: server down at start', () => {
-  it('rejects with StoreUnavailableError naming host and port, and recovers nothing it did not do', async () => {
-    const port = await freePort(); // nothing listens there
-    const store = new PostgresStore({ url: `postgres://postgres@127.0.0.1:${port}/tenure`, timeoutMs: 2000 });
-    const err = await store.acquire('g', 'a~1', 1000).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(StoreUnavailableError);
-    expect((err as Error).message).toContain(`127.0.0.1:${port}`);
-    await expect(store.read('g')).rejects.toBeInstanceOf(StoreUnavailableError);
-    await store.close();
-  });
-
-  it('does the same through openStore(url)', async () => {
-    const port = await freePort();
-    const store = await openStore(`postgresql://postgres@127.0.0.1:${port}/tenure`);
-    expect(store.kind).toBe('postgres');
-    await expect(store.list()).rejects.toThrow(new RegExp(`127\\.0\\.0\\.1:${port}`));
-    await store.close();
-  });
-});
 
 describe('postgres store: on the shared server', () => {
   let db: TestDatabase;
@@ -64,14 +83,6 @@ describe('postgres store: on the shared server', () => {
     await db.drop();
   });
 
-  it("accepts the user's own pg.Pool and leaves it open on close", async () => {
-    const store = open({ pool, tablePrefix: 'own_' });
-    expect(store.endpoint).toMatch(/:5432$/);
-    expect((await store.acquire('g', 'a~1', 5000)).acquired).toBe(true);
-    await store.close();
-    expect((await pool.query('SELECT count(*)::int AS n FROM own_leases')).rows[0]).toEqual({ n: 1 });
-  });
-
   it('turns synchronous_commit off for the release transaction only, never for the connection', async () => {
     const one = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
@@ -87,19 +98,6 @@ describe('postgres store: on the shared server', () => {
     } finally {
       await one.end();
     }
-  });
-
-  it('keeps stores with different table prefixes apart and validates the prefix', async () => {
-    const a = open({ tablePrefix: 'app_a_' });
-    const b = open({ tablePrefix: 'app_b_' });
-    await a.acquire('g', 'a~1', 5000);
-    expect(await b.read('g')).toBeNull();
-    expect((await b.acquire('g', 'b~1', 5000)).lease.term).toBe(1);
-    for (const bad of ['', '1abc', 'a-b', 'x"; DROP TABLE y; --', 'a'.repeat(41)]) {
-      expect(() => new PostgresStore({ url: db.url, tablePrefix: bad })).toThrow(InvalidArgumentError);
-    }
-    const v = await pool.query('SELECT value FROM app_a_schema WHERE key = $1', ['version']);
-    expect(v.rows).toEqual([{ value: String(SCHEMA_VERSION) }]);
   });
 
   it('migrates a version 1 schema (name-only NOTIFY) in place, and pushes the state in the payload', async () => {
@@ -153,35 +151,6 @@ describe('postgres store: on the shared server', () => {
     expect(await store.appendFenced({ lease: 'g', term }, 's', 'ok')).toBe(1);
   });
 
-  it('creates the schema once when many stores start at the same moment', async () => {
-    const many = Array.from({ length: 6 }, () => open({ tablePrefix: 'race_' }));
-    const results = await Promise.all(many.map((s, i) => s.acquire('g', `n${i}~1`, 5000)));
-    expect(results.filter((r) => r.acquired)).toHaveLength(1);
-  });
-
-  it('a statement that gets no answer in time is "maybe": StoreUnavailableError, never a result', async () => {
-    const setup = open({ tablePrefix: 'stall_' });
-    await setup.acquire('g', 'a~1', 50);
-    const store = open({ tablePrefix: 'stall_', timeoutMs: 300 });
-    // Another session holds the lease row locked, so the next acquire waits on it.
-    const blocker = await pool.connect();
-    try {
-      await blocker.query('BEGIN');
-      await blocker.query('SELECT * FROM stall_leases WHERE name = $1 FOR UPDATE', ['g']);
-      const err = await store.acquire('g', 'b~1', 5000).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(StoreUnavailableError);
-      expect((err as Error).message).toMatch(/127\.0\.0\.1:5432.*no answer within 300 ms; the outcome is unknown/);
-    } finally {
-      await blocker.query('ROLLBACK');
-      blocker.release();
-    }
-    // The store is usable afterwards, and the term never went back.
-    const after = await setup.acquire('g', 'c~1', 5000);
-    // The stalled acquire may have landed after the lock was let go ("maybe"): either way term 2.
-    expect(after.lease.term).toBe(2);
-    expect(await store.read('g')).toMatchObject({ owner: after.lease.owner, term: 2 });
-  });
-
   it('pushes a release made by another process, also after its LISTEN connection was cut', async () => {
     // The watcher has its own pool, so that its connections can be told apart and cut.
     const watcherPool = new pg.Pool({ connectionString: db.url, application_name: 'tenure-watcher' });
@@ -205,26 +174,6 @@ describe('postgres store: on the shared server', () => {
     stop();
     await watcher.close();
     await watcherPool.end();
-  });
-
-  it('renews 10,000 leases in one statement and reports the lost ones', async () => {
-    const store = open({ tablePrefix: 'many_', timeoutMs: 30_000 });
-    await store.migrate();
-    await pool.query(
-      `INSERT INTO many_leases (name, owner, term, expires_at, ttl_ms, meta)
-       SELECT 'p/' || i, 'x~1', 1, now() + interval '1 minute', 60000, '{}' FROM generate_series(1, 10000) AS i`,
-    );
-    await pool.query(`UPDATE many_leases SET owner = 'y~1' WHERE name IN ('p/7', 'p/9999')`);
-    const batch = Array.from({ length: 10_000 }, (_, i) => ({ name: `p/${i + 1}`, term: 1 }));
-    const t0 = performance.now();
-    const results = await store.renewMany('x~1', batch, 30_000);
-    const ms = performance.now() - t0;
-    expect(results).toHaveLength(10_000);
-    const lost = results.flatMap((r, i) => (r.renewed ? [] : [batch[i]!.name]));
-    expect(lost).toEqual(['p/7', 'p/9999']);
-    expect(results[6]!.lease).toMatchObject({ owner: 'y~1' });
-    expect(results[0]!.lease).toMatchObject({ name: 'p/1', ttlMs: 30_000 });
-    console.log(`postgres renewMany: 10,000 leases in one statement, ${ms.toFixed(1)} ms`);
   });
 });
 

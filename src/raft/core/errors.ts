@@ -1,6 +1,8 @@
 /**
- * Typed errors of the Raft core, each with a stable `code`.
+ * Typed errors of the Raft core, each with a stable `code`. RaftError is a TenureError, so one
+ * `instanceof TenureError` check (and one `code` vocabulary) covers every error tenure throws.
  */
+import { TenureError } from '../../core/errors.js';
 import type { NodeId, Role } from './types.js';
 
 export type RaftErrorCode =
@@ -13,12 +15,10 @@ export type RaftErrorCode =
   | 'INVALID_CONFIG'
   | 'INVARIANT_VIOLATED';
 
-export class RaftError extends Error {
-  readonly code: RaftErrorCode;
+export class RaftError extends TenureError {
+  declare readonly code: RaftErrorCode;
   constructor(code: RaftErrorCode, message: string) {
-    super(message);
-    this.code = code;
-    this.name = new.target.name;
+    super(code, message);
   }
 }
 

@@ -7,7 +7,7 @@
  * without a newer success, `signal` aborts, whether or not etcd ever answers; etcd's own expiry is
  * never earlier, because it restarts the TTL when it receives the keepalive (after S).
  */
-import { InvalidArgumentError, NotLeaderError, StoreUnavailableError, checkMs, checkTtl } from '../../core/index.js';
+import { InvalidArgumentError, NotLeaderError, StoreUnavailableError, checkMs, checkTtl, timingDefaults } from '../../core/index.js';
 import type { EtcdConnection } from './connection.js';
 import { ttlSecondsFor } from './connection.js';
 import { leaseIdHex } from './keys.js';
@@ -44,7 +44,7 @@ export class EtcdSession {
 
   /** Grant a lease and keep it alive. Rejects with StoreUnavailableError when etcd does not answer. */
   static async create(conn: EtcdConnection, options: EtcdSessionOptions = {}): Promise<EtcdSession> {
-    const ttlMs = checkTtl('ttlMs', options.ttlMs ?? 10_000);
+    const ttlMs = checkTtl('ttlMs', options.ttlMs ?? timingDefaults.ttlMs);
     const marginMs = checkMs('marginMs', options.marginMs ?? Math.floor(ttlMs / 10), 0, ttlMs - 1);
     if (ttlMs < 1000) throw new InvalidArgumentError('ttlMs', `etcd leases are whole seconds: must be in [1000, 86400000] ms, got ${ttlMs}`);
     const granted = await conn.grant(ttlSecondsFor(ttlMs));

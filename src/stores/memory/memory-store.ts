@@ -10,6 +10,7 @@ import {
   checkOwner,
   checkPayload,
   checkReadOptions,
+  checkRenewItems,
   checkTerm,
   checkToken,
   checkTtl,
@@ -207,14 +208,3 @@ export class MemoryStore implements Store {
   }
 }
 
-/** A renewMany batch: distinct valid names, valid terms. */
-function checkRenewItems(leases: readonly RenewManyItem[]): void {
-  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
-  const seen = new Set<string>();
-  leases.forEach((l, i) => {
-    checkName(`leases[${i}].name`, l?.name);
-    checkTerm(`leases[${i}].term`, l?.term);
-    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
-    seen.add(l.name);
-  });
-}

@@ -29,6 +29,7 @@ import {
   checkOwner,
   checkPayload,
   checkReadOptions,
+  checkRenewItems,
   checkTerm,
   checkToken,
   checkTtl,
@@ -538,17 +539,6 @@ function rowLease(row: Row): Lease {
   if (!isLive(r, 0)) return { ...toLease({ ...r, owner: r.owner ?? '' }, 0), remainingMs: 0 };
   const lease = toLease(r, 0);
   return { ...lease, remainingMs: Math.floor(lease.remainingMs) };
-}
-
-export function checkRenewItems(leases: readonly RenewManyItem[]): void {
-  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
-  const seen = new Set<string>();
-  leases.forEach((l, i) => {
-    checkName(`leases[${i}].name`, l?.name);
-    checkTerm(`leases[${i}].term`, l?.term);
-    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
-    seen.add(l.name);
-  });
 }
 
 function parseUrl(url: string): URL {

@@ -31,6 +31,7 @@ import {
   checkOwner,
   checkPayload,
   checkReadOptions,
+  checkRenewItems,
   checkTerm,
   checkToken,
   checkTtl,
@@ -676,17 +677,6 @@ function isServerError(err: unknown): boolean {
   const e = err as Error & { code?: unknown; severity?: unknown };
   // 57P01..57P03: the server is shutting down or restarting; the connection is gone.
   return typeof e.severity === 'string' && typeof e.code === 'string' && !e.code.startsWith('57P');
-}
-
-export function checkRenewItems(leases: readonly RenewManyItem[]): void {
-  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
-  const seen = new Set<string>();
-  leases.forEach((l, i) => {
-    checkName(`leases[${i}].name`, l?.name);
-    checkTerm(`leases[${i}].term`, l?.term);
-    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
-    seen.add(l.name);
-  });
 }
 
 /** host:port of a postgres URL (the password is never part of it). */

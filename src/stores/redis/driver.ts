@@ -4,8 +4,7 @@
  * with their SHA1 (for EVALSHA).
  */
 import { createHash } from 'node:crypto';
-import { createRequire } from 'node:module';
-import { DriverMissingError } from '../../core/index.js';
+import { loadDriver } from '../../core/driver.js';
 import type { Cluster, Command, Redis, RedisOptions } from 'ioredis';
 
 /** A client the store accepts: a plain, Sentinel-backed or Cluster ioredis client. */
@@ -21,21 +20,13 @@ interface IoredisModule {
   readonly Command: CommandClass;
 }
 
-const require = createRequire(import.meta.url);
-
 /**
  * The ioredis module (its constructor, with `Command` on it); throws DriverMissingError naming
  * `store` when it is not installed. A store given its user's own client loads it too, for
  * `Command`: the client was made with ioredis, which is then installed (a peer dependency).
  */
 export function loadIoredis(store: string): IoredisModule {
-  try {
-    const mod = require('ioredis') as IoredisModule & { default?: IoredisModule };
-    return mod.default ?? mod;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND') throw new DriverMissingError('ioredis', store);
-    throw err;
-  }
+  return loadDriver<IoredisModule>('ioredis', store);
 }
 
 /**

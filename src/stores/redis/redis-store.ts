@@ -23,6 +23,7 @@ import {
   checkOwner,
   checkPayload,
   checkReadOptions,
+  checkRenewItems,
   checkTerm,
   checkToken,
   checkTtl,
@@ -187,7 +188,7 @@ export class RedisStore implements Store {
   async renewMany(owner: string, leases: readonly RenewManyItem[], ttlMs: number): Promise<RenewResult[]> {
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
-    checkRenewItems(leases);
+    checkRenewItems(leases, RENEW_MANY_MAX);
     if (leases.length === 0) return [];
     const reply = await this.send(
       'renewMany',
@@ -538,19 +539,6 @@ export class RedisStore implements Store {
     }, timerDelay(Math.max(1, remainingMs) + 2)); // a lease another client made may be years long
     w.expiryTimer.unref();
   }
-}
-
-/** A renewMany batch: at most RENEW_MANY_MAX distinct valid names with valid terms. */
-function checkRenewItems(leases: readonly RenewManyItem[]): void {
-  if (!Array.isArray(leases)) throw new InvalidArgumentError('leases', 'expected an array of { name, term }');
-  if (leases.length > RENEW_MANY_MAX) throw new InvalidArgumentError('leases', `at most ${RENEW_MANY_MAX} per call, got ${leases.length}`);
-  const seen = new Set<string>();
-  leases.forEach((l, i) => {
-    checkName(`leases[${i}].name`, l?.name);
-    checkTerm(`leases[${i}].term`, l?.term);
-    if (seen.has(l.name)) throw new InvalidArgumentError(`leases[${i}].name`, `duplicate lease name '${l.name}'`);
-    seen.add(l.name);
-  });
 }
 
 /** The head of a lease value, `owner \n term \n`: what renew and release compare (see scripts.ts). */

@@ -227,6 +227,7 @@ class Step {
         return;
       case 'fault':
         if (s.loop.kind === 'idle' || s.loop.kind === 'ended') return;
+        if (s.loop.kind === 'acquire') this.effects.push({ type: 'settled' }); // its answer will be ignored
         this.onFault(e.operation, e.error);
         return;
     }

@@ -97,7 +97,6 @@ export type ElectorEvent =
 export type ElectorEffect =
   | { readonly type: 'send-acquire'; readonly id: number }
   | { readonly type: 'send-renew'; readonly id: number; readonly term: number }
-  | { readonly type: 'send-release'; readonly term: number }
   /** stop() came with an acquire in flight: if it turns out a win, release it. */
   | { readonly type: 'abandon-acquire'; readonly id: number }
   | { readonly type: 'set-timer'; readonly timer: TimerName; readonly id: number; readonly ms: number }

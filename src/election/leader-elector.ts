@@ -93,7 +93,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   /** Async work started by effects (depose: settle, release) during the current dispatch. */
   private collected: Promise<void>[] | null = null;
   private dispatching = false;
-  private readonly queue: ElectorEvent[] = [];
+  private readonly queue: { event: ElectorEvent; done: { promise: Promise<void>; resolve: () => void } }[] = [];
 
   constructor(options: LeaderElectorOptions) {
     super();
@@ -228,18 +228,16 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * performed (a synchronous store answer, a push from inside a call) are queued, not nested.
    */
   private dispatch(event: ElectorEvent): Promise<void> {
-    if (this.dispatching) {
-      this.queue.push(event);
-      return Promise.resolve();
-    }
+    const done = deferred();
+    this.queue.push({ event, done });
+    if (this.dispatching) return done.promise;
     this.dispatching = true;
-    const collected: Promise<void>[] = [];
     try {
-      let next: ElectorEvent | undefined = event;
-      while (next) {
-        const { state, effects } = step(this.config, this.state, next, this.clock.now());
+      for (let next = this.queue.shift(); next; next = this.queue.shift()) {
+        const { state, effects } = step(this.config, this.state, next.event, this.clock.now());
         this.state = state;
-        this.collected = next === event ? collected : [];
+        const collected: Promise<void>[] = [];
+        this.collected = collected;
         const faults: Error[] = [];
         for (const effect of effects) {
           try {
@@ -248,15 +246,16 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
             faults.push(toError(err));
           }
         }
+        this.collected = null;
+        void Promise.all(collected).then(next.done.resolve, next.done.resolve);
         // A throwing listener or a bug: a fault, as the loop's own errors are.
-        for (const error of faults) this.queue.push({ type: 'fault', operation: 'loop', error });
-        next = this.queue.shift();
+        for (const error of faults) this.queue.push({ event: { type: 'fault', operation: 'loop', error }, done: deferred() });
       }
     } finally {
       this.collected = null;
       this.dispatching = false;
     }
-    return Promise.all(collected).then(() => undefined);
+    return done.promise;
   }
 
   private perform(e: ElectorEffect): void {
@@ -277,9 +276,6 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         );
         return;
       }
-      case 'send-release':
-        this.track(this.release(e.term));
-        return;
       case 'abandon-acquire': {
         const a = this.acquire;
         if (a && a.id === e.id) void a.pending.then((r) => (r.acquired ? this.release(r.lease.term) : undefined), () => {});
@@ -363,7 +359,11 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     if (!l || l.term !== e.term) return;
     this.leadership = null;
     l.controller.abort(new NotLeaderError(`leadership of ${this.group} term ${l.term} ended: ${e.reason}`));
-    this.emit('deposed', { term: l.term, reason: e.reason, holder: e.holder });
+    try {
+      this.emit('deposed', { term: l.term, reason: e.reason, holder: e.holder });
+    } catch (err) {
+      void this.dispatch({ type: 'fault', operation: 'loop', error: toError(err) });
+    }
     if (e.settle) {
       // Let aborted work settle before the lease is released, but never past the old deadline:
       // after it the lease may pass on regardless.

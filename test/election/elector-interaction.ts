@@ -152,8 +152,6 @@ export class ElectorEnv {
       case 'send-renew':
         this.lastRenew = e.id;
         return `send renew #${e.id} term=${e.term}`;
-      case 'send-release':
-        return `send release term=${e.term}`;
       case 'abandon-acquire':
         return `abandon acquire #${e.id}`;
       case 'set-timer':

@@ -140,7 +140,8 @@ export class ElectorEnv {
 
   private apply(event: ElectorEvent): string[] {
     const { state, effects } = step(this.cfg(), this.state, event, this.now);
-    this.state = state;
+    // Frozen: a step that wrote to the state it was given (not pure) would throw here.
+    this.state = deepFreeze(state);
     return effects.map((e) => this.effect(e));
   }
 
@@ -200,4 +201,12 @@ export class ElectorEnv {
     const extra = [s.stopping ? 'stopping' : '', s.retiredTerm ? `retired=${s.retiredTerm}` : '', s.resignUntil > this.now ? `resign-until=${s.resignUntil}` : '', s.faults ? `faults=${s.faults}` : ''].filter(Boolean);
     return `> @${this.now} loop=${l} leader=${leader}${extra.length ? ' ' + extra.join(' ') : ''}`;
   }
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
 }

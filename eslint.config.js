@@ -46,6 +46,8 @@ export default tseslint.config(
     files: ['src/stores/raft/*.ts'],
     rules: layer(coreOnly('^\\.\\./\\.\\./(?!core/|raft/)', 'the Raft store'), { regex: '^\\.\\./[^./][^/]*/', message: "a store never imports another store's folder" }),
   },
+  // The elector's state machine is pure: core/ only, no I/O, not even the rest of election/.
+  { files: ['src/election/elector-machine.ts'], rules: layer({ regex: '^(\\./|\\.\\./(?!core/))', message: 'the elector machine imports only core/ (it is pure: the shell in leader-elector.ts does the I/O)' }) },
   // raft/ (the consensus library) imports only core/.
   { files: ['src/raft/*.ts'], rules: layer(coreOnly('^\\.\\./(?!core/)', 'raft/')) },
   { files: ['src/raft/*/*.ts'], rules: layer(coreOnly('^\\.\\./\\.\\./(?!core/)', 'raft/')) },

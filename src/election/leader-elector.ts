@@ -1,6 +1,10 @@
 /**
  * LeaderElector: campaigns for one group on any Store and keeps the lease alive while leading.
  *
+ * This is the async shell around the pure state machine in elector-machine.ts: every decision
+ * (when to acquire, renew, pause, end leadership, back off) is made by `step`; the shell performs
+ * the effects (store calls, timers, the leader's signal and work, events) and feeds back answers.
+ *
  * Timing contract (see core/timing.ts):
  *  - Leadership from an acquire or renew sent at time S ends locally at S + ttl - margin
  *    (safety rule 2). A timer fires at that instant and aborts the leader's signal whether or not
@@ -14,21 +18,11 @@
  *    settled, lease released), the fault is reported once as `store-error`, and the loop tries
  *    again after a back-off that doubles from retryMs up to the TTL.
  */
-import {
-  NotLeaderError,
-  StoreUnavailableError,
-  checkName,
-  candidateDelay,
-  leaderDeadline,
-  makeIncarnation,
-  makeToken,
-  resolveTiming,
-  systemClock,
-  systemRandom,
-  encodeMeta,
-} from '../core/index.js';
-import type { AcquireResult, Clock, FencingToken, Lease, LeaseMeta, Random, Store, Timing, TimingOptions, Unsubscribe } from '../core/index.js';
+import { NotLeaderError, StoreUnavailableError, checkName, makeIncarnation, makeToken, resolveTiming, systemClock, systemRandom, encodeMeta } from '../core/index.js';
+import type { AcquireResult, Clock, FencingToken, Lease, LeaseMeta, Random, RenewResult, Store, Timing, TimingOptions, Unsubscribe } from '../core/index.js';
 import { hostname } from 'node:os';
+import { initialState, step } from './elector-machine.js';
+import type { CallError, DeposedReason, ElectorConfig, ElectorEffect, ElectorEvent, ElectorState, TimerName } from './elector-machine.js';
 import { TypedEmitter } from '../core/typed-emitter.js';
 
 export interface LeaderElectorOptions extends TimingOptions {
@@ -43,14 +37,7 @@ export interface LeaderElectorOptions extends TimingOptions {
   random?: Random;
 }
 
-/** Why leadership ended. */
-export type DeposedReason =
-  | 'deadline' // the local deadline passed without a successful renew (store slow or unreachable)
-  | 'lost' // the store refused the renew: the lease expired or another owner holds it
-  | 'stopped' // stop() was called
-  | 'resigned' // resign() was called, or the leader work failed
-  | 'late' // the acquire reply came after its own deadline had already passed
-  | 'error'; // an unexpected error in the store or the elector (reported as `store-error`)
+export type { DeposedReason } from './elector-machine.js';
 
 export interface LeaderElectorEvents {
   elected: { term: number; token: FencingToken; deadlineInMs: number };
@@ -73,13 +60,11 @@ export interface LeaderContext {
 
 export type LeaderWork = (context: LeaderContext) => Promise<void> | void;
 
+/** The shell's side of a leadership: what the machine cannot hold (signal, token, running work). */
 interface Leadership {
   readonly term: number;
   readonly token: FencingToken;
   readonly controller: AbortController;
-  /** Local monotonic instant at which leadership ends unless renewed. */
-  deadline: number;
-  cancelDeadline: () => void;
   readonly work: Set<Promise<void>>;
 }
 
@@ -90,44 +75,37 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   readonly timing: Timing;
   private readonly store: Store;
   private readonly clock: Clock;
-  private readonly random: Random;
   private readonly meta: LeaseMeta;
+  private readonly config: ElectorConfig;
   private readonly works = new Set<LeaderWork>();
+  /** The machine's state: every decision is made by `step` (elector-machine.ts). */
+  private state: ElectorState = initialState();
   private leadership: Leadership | null = null;
-  private knownLeader: { owner: string | null; term: number } = { owner: null, term: 0 };
-  private loop: Promise<void> | null = null;
+  private started = false;
   private stopping = false;
   private readonly stopController = new AbortController();
-  private wakeUp: (() => void) | null = null;
   private unwatch: Unsubscribe | null = null;
-  private resignUntil = 0;
-  /**
-   * The highest term this incarnation gave up (resign, stop). Never lead it again: re-acquiring
-   * our own live lease keeps its term, so a release of that term still in flight (or not yet sent)
-   * would free the lease under the new leadership while another node takes the next term.
-   */
-  private retiredTerm = 0;
-  private lastRenewAt: number | null = null;
-  /** An acquire is on its way; a push meanwhile sets `pushedWhileAcquiring` (see tryAgain). */
-  private acquiring = false;
-  private pushedWhileAcquiring = false;
-  /** Settles when the acquire in flight (if any) has been answered and acted on. */
-  private attempt: Promise<void> | null = null;
-  /** Consecutive faults (see `onFault`); 0 after any store call answers normally. */
-  private faults = 0;
-  /** The message of the last fault reported in the current run of faults: a repeat is not reported again. */
-  private lastFault: string | null = null;
+  private readonly timers: Record<TimerName, (() => void) | null> = { loop: null, deadline: null };
+  /** The acquire in flight: its store promise (released if stop abandons a win) and settled() waiters. */
+  private acquire: { id: number; pending: Promise<AcquireResult> } | null = null;
+  private attempt: { promise: Promise<void>; settle: () => void } | null = null;
+  private loopEnded: { promise: Promise<void>; resolve: () => void } = deferred();
+  /** Async work started by effects (depose: settle, release) during the current dispatch. */
+  private collected: Promise<void>[] | null = null;
+  private dispatching = false;
+  private readonly queue: { event: ElectorEvent; done: { promise: Promise<void>; resolve: () => void } }[] = [];
 
   constructor(options: LeaderElectorOptions) {
     super();
     this.group = checkName('group', options.group);
     this.store = options.store;
     this.clock = options.clock ?? systemClock;
-    this.random = options.random ?? systemRandom;
+    const random = options.random ?? systemRandom;
     this.timing = resolveTiming(options);
     this.meta = options.meta ?? {};
     encodeMeta('meta', this.meta);
-    this.owner = makeIncarnation(options.id ?? defaultNodeId(), this.random);
+    this.owner = makeIncarnation(options.id ?? defaultNodeId(), random);
+    this.config = { owner: this.owner, timing: this.timing, random };
   }
 
   /** True while this node holds leadership and its local deadline has not passed. */
@@ -166,22 +144,24 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * `toleranceMs` past the renew interval (a stuck leader, as in client-go's health adaptor).
    */
   health(toleranceMs = this.timing.renewIntervalMs): { ok: boolean; isLeader: boolean; sinceRenewMs: number | null } {
-    const since = this.lastRenewAt === null ? null : this.clock.now() - this.lastRenewAt;
+    const last = this.state.lastRenewAt;
+    const since = last === null ? null : this.clock.now() - last;
     const ok = !this.leadership || since === null || since <= this.timing.renewIntervalMs + toleranceMs;
     return { ok, isLeader: this.leadership !== null, sinceRenewMs: since };
   }
 
   /** Begin campaigning. Idempotent. */
   start(): void {
-    if (this.loop) return;
+    if (this.started) return;
     if (this.stopping) throw new NotLeaderError(`elector for ${this.group} was stopped; make a new one`);
+    this.started = true;
     try {
-      if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.onPush(lease));
+      if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.dispatch({ type: 'push', lease }));
     } catch (err) {
       // Campaign without push (the loop polls); the store's failure is reported, not thrown.
       this.emit('store-error', { operation: 'watch', error: toError(err) });
     }
-    this.loop = this.run();
+    this.dispatch({ type: 'start' });
   }
 
   /**
@@ -190,7 +170,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * uses it so that an attempt sent within the wait counts, however late its answer.
    */
   settled(): Promise<void> {
-    return this.attempt ?? Promise.resolve();
+    return this.attempt?.promise ?? Promise.resolve();
   }
 
   /**
@@ -210,29 +190,21 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * renew interval before campaigning again.
    */
   async resign(): Promise<void> {
-    const l = this.leadership;
-    if (!l) return;
-    this.resignUntil = this.clock.now() + this.timing.renewIntervalMs;
-    this.retiredTerm = Math.max(this.retiredTerm, l.term);
-    await this.endLeadership(l, 'resigned', null);
-    await this.releaseQuietly(l.term);
-    this.wake();
+    await this.dispatch({ type: 'resign' });
   }
 
   /** Stop campaigning, abort leader work, wait for it to settle, and release the lease. */
   async stop(): Promise<void> {
     if (this.stopping) {
-      await this.loop;
+      await this.loopEnded.promise;
       return;
     }
     this.stopping = true;
-    this.stopController.abort();
+    if (!this.started) this.loopEnded.resolve();
     try {
-      const l = this.leadership;
-      if (l) await this.endLeadership(l, 'stopped', null);
-      this.wake();
-      await this.loop;
-      if (l) await this.releaseQuietly(l.term);
+      this.stopController.abort();
+      const done = this.dispatch({ type: 'stop' });
+      await Promise.all([done, this.loopEnded.promise]);
     } finally {
       // The watch goes after the release, which is then on its way sooner (a hand-off waits on it).
       try {
@@ -248,70 +220,123 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     await this.stop();
   }
 
-  // ---- the loop -------------------------------------------------------------------------
-
-  private async run(): Promise<void> {
-    while (!this.stopping) {
-      try {
-        const l = this.leadership;
-        if (l) await this.leadTurn(l);
-        else await this.campaignTurn();
-      } catch (err) {
-        // Not a store error the turns handle: a bug, a throwing listener, or a store that broke
-        // its contract. The loop goes on (a loop that died would hold leadership with no renewals
-        // and never campaign again).
-        await this.onFault('loop', toError(err));
-      }
-    }
-  }
+  // ---- the shell: feed events to the machine, perform its effects ------------------------
 
   /**
-   * A fault: end leadership as a resign does (signal aborted, work settled, lease released so
-   * another node need not wait out the TTL), report it unless it repeats the last one, and back
-   * off (retryMs doubling up to the TTL) before the loop tries again.
+   * Step the machine and perform the effects. Returns when the async effects started by this
+   * event (a depose's settling and release) are done. Events raised while effects are being
+   * performed (a synchronous store answer, a push from inside a call) are queued, not nested.
    */
-  private async onFault(operation: string, error: Error): Promise<void> {
-    this.faults++;
-    if (error.message !== this.lastFault) {
-      this.lastFault = error.message;
-      this.emit('store-error', { operation, error });
-    }
-    const l = this.leadership;
-    if (l) {
-      this.retiredTerm = Math.max(this.retiredTerm, l.term);
-      await this.endLeadership(l, 'error', null);
-      await this.releaseQuietly(l.term);
-    }
-    const backoff = Math.min(this.timing.retryMs * 2 ** Math.min(this.faults - 1, 30), Math.max(this.timing.ttlMs, this.timing.retryMs));
-    await this.pause(backoff);
-  }
-
-  /** A store call answered normally: the next fault starts a new run (reported, short back-off). */
-  private noFault(): void {
-    this.faults = 0;
-    this.lastFault = null;
-  }
-
-  private async campaignTurn(): Promise<void> {
-    const waitResign = this.resignUntil - this.clock.now();
-    if (waitResign > 0) {
-      await this.pause(waitResign);
-      return;
-    }
-    let settle = (): void => {};
-    const attempt = new Promise<void>((resolve) => (settle = resolve));
-    this.attempt = attempt;
+  private dispatch(event: ElectorEvent): Promise<void> {
+    const done = deferred();
+    this.queue.push({ event, done });
+    if (this.dispatching) return done.promise;
+    this.dispatching = true;
     try {
-      await this.acquireOnce(attempt, settle);
+      for (let next = this.queue.shift(); next; next = this.queue.shift()) {
+        const { state, effects } = step(this.config, this.state, next.event, this.clock.now());
+        this.state = state;
+        const collected: Promise<void>[] = [];
+        this.collected = collected;
+        const faults: Error[] = [];
+        for (const effect of effects) {
+          try {
+            this.perform(effect);
+          } catch (err) {
+            faults.push(toError(err));
+          }
+        }
+        this.collected = null;
+        void Promise.all(collected).then(next.done.resolve, next.done.resolve);
+        // A throwing listener or a bug: a fault, as the loop's own errors are.
+        for (const error of faults) this.queue.push({ event: { type: 'fault', operation: 'loop', error }, done: deferred() });
+      }
     } finally {
-      if (this.attempt === attempt) this.attempt = null;
-      settle();
+      this.collected = null;
+      this.dispatching = false;
+    }
+    return done.promise;
+  }
+
+  private perform(e: ElectorEffect): void {
+    switch (e.type) {
+      case 'send-acquire':
+        return this.sendAcquire(e.id);
+      case 'send-renew': {
+        const id = e.id;
+        let pending: Promise<RenewResult>;
+        try {
+          pending = this.store.renew(this.group, this.owner, e.term, this.timing.ttlMs);
+        } catch (err) {
+          pending = Promise.reject(toError(err));
+        }
+        this.call('renew', pending).then(
+          (r) => void this.dispatch({ type: 'renew-ok', id, renewed: r.renewed, lease: r.lease }),
+          (err: unknown) => void this.dispatch({ type: 'renew-failed', id, ...callError(err) }),
+        );
+        return;
+      }
+      case 'abandon-acquire': {
+        const a = this.acquire;
+        if (a && a.id === e.id) void a.pending.then((r) => (r.acquired ? this.release(r.lease.term) : undefined), () => {});
+        return;
+      }
+      case 'set-timer': {
+        this.timers[e.timer]?.();
+        const { timer, id } = e;
+        this.timers[timer] = this.clock.setTimer(e.ms, () => {
+          this.timers[timer] = null;
+          void this.dispatch({ type: 'timer', timer, id });
+        });
+        return;
+      }
+      case 'cancel-timer':
+        this.timers[e.timer]?.();
+        this.timers[e.timer] = null;
+        return;
+      case 'lead': {
+        const l: Leadership = { term: e.term, token: makeToken(this.group, e.term), controller: new AbortController(), work: new Set() };
+        this.leadership = l;
+        this.emit('elected', { term: l.term, token: l.token, deadlineInMs: e.deadlineInMs });
+        for (const fn of this.works) this.startWork(l, fn);
+        return;
+      }
+      case 'depose':
+        this.track(this.depose(e));
+        return;
+      case 'late':
+        this.emit('deposed', { term: e.term, reason: 'late', holder: null });
+        return;
+      case 'settled': {
+        const a = this.attempt;
+        this.attempt = null;
+        this.acquire = null;
+        a?.settle();
+        return;
+      }
+      case 'loop-ended':
+        this.loopEnded.resolve();
+        return;
+      case 'leader-changed':
+        this.emit('leader-changed', { owner: e.owner, term: e.term, meta: e.meta });
+        return;
+      case 'renewed':
+        this.emit('renewed', { term: e.term, latencyMs: e.latencyMs });
+        return;
+      case 'renew-failed':
+        this.emit('renew-failed', { term: e.term, error: e.error });
+        return;
+      case 'store-error':
+        this.emit('store-error', { operation: e.operation, error: e.error });
+        return;
     }
   }
 
-  /** One acquire and what follows from its answer; `settle` is called once that is decided. */
-  private async acquireOnce(attempt: Promise<void>, settle: () => void): Promise<void> {
-    const sentAt = this.clock.now();
+  private track(p: Promise<void>): void {
+    this.collected?.push(p);
+  }
+
+  private sendAcquire(id: number): void {
     let pending: Promise<AcquireResult>;
     try {
       pending = this.store.acquire(this.group, this.owner, this.timing.ttlMs, this.meta);
@@ -319,145 +344,49 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       // A store that throws rather than rejecting: the same fault, reported the same way.
       pending = Promise.reject(toError(err));
     }
-    let result: AcquireResult;
-    this.acquiring = true;
-    this.pushedWhileAcquiring = false;
-    try {
-      result = await this.call('acquire', pending);
-    } catch (err) {
-      this.acquiring = false;
-      if (this.stopping) {
-        // stop() did not wait for this call; if it lands as a win later, give the lease back.
-        void pending.then((r) => (r.acquired ? this.releaseQuietly(r.lease.term) : undefined), () => {});
-        return;
-      }
-      const error = toError(err);
-      if (!(error instanceof StoreUnavailableError)) {
-        // Not "maybe" (rule 3) but an answer that will not change by asking again at once: a row
-        // tenure cannot use, a store that broke its contract.
-        if (this.attempt === attempt) this.attempt = null;
-        settle();
-        await this.onFault('acquire', error);
-        return;
-      }
-      this.emit('store-error', { operation: 'acquire', error });
-      if (this.attempt === attempt) this.attempt = null;
-      settle();
-      await this.pause(this.timing.retryMs);
-      return;
-    }
-    this.acquiring = false;
-    if (this.stopping) {
-      if (result.acquired) await this.releaseQuietly(result.lease.term);
-      return;
-    }
-    this.noFault();
-    this.observe(result.lease);
-    if (result.acquired && result.lease.term > this.retiredTerm) {
-      this.becomeLeader(result.lease, sentAt);
-      return;
-    }
-    if (this.attempt === attempt) this.attempt = null;
-    settle();
-    // Not acquired, or only our retired term back: wait until it lapses (or its release lands),
-    // unless the store pushed a release or a hand-over to us while the acquire was on its way.
-    if (this.pushedWhileAcquiring && !(result.acquired && result.lease.term <= this.retiredTerm)) return;
-    await this.pause(candidateDelay(result.lease.remainingMs, this.timing, this.random));
+    this.acquire = { id, pending };
+    const attempt = deferred();
+    this.attempt = { promise: attempt.promise, settle: attempt.resolve };
+    this.call('acquire', pending).then(
+      (r) => void this.dispatch({ type: 'acquire-ok', id, acquired: r.acquired, lease: r.lease }),
+      (err: unknown) => void this.dispatch({ type: 'acquire-failed', id, ...callError(err) }),
+    );
   }
 
-  private becomeLeader(lease: Lease, sentAt: number): void {
-    const deadline = leaderDeadline(sentAt, this.timing);
-    const now = this.clock.now();
-    if (deadline <= now) {
-      // The reply came after its own deadline: we may hold the lease, but must not act on it.
-      this.emit('deposed', { term: lease.term, reason: 'late', holder: null });
-      return;
-    }
-    const token = makeToken(this.group, lease.term);
-    const l: Leadership = {
-      term: lease.term,
-      token,
-      controller: new AbortController(),
-      deadline,
-      cancelDeadline: () => {},
-      work: new Set(),
-    };
-    l.cancelDeadline = this.clock.setTimer(deadline - now, () => void this.onDeadline(l));
-    this.leadership = l;
-    this.lastRenewAt = sentAt;
-    this.emit('elected', { term: l.term, token, deadlineInMs: deadline - now });
-    for (const fn of this.works) this.startWork(l, fn);
-  }
-
-  private async leadTurn(l: Leadership): Promise<void> {
-    // Renew on the interval, but early enough to leave one retry before the deadline. After a
-    // failure, retry every retryMs (never a zero wait: a store failing at once must not spin).
-    const untilDeadline = l.deadline - this.clock.now();
-    const wait = this.renewFailing
-      ? this.timing.retryMs
-      : Math.max(0, Math.min(this.timing.renewIntervalMs, untilDeadline - this.timing.retryMs));
-    await this.pause(wait);
-    if (this.leadership !== l || this.stopping) return;
-    const sentAt = this.clock.now();
-    let result;
-    try {
-      result = await this.call('renew', this.store.renew(this.group, this.owner, l.term, this.timing.ttlMs));
-    } catch (err) {
-      if (this.leadership !== l) return;
-      const error = toError(err);
-      if (!(error instanceof StoreUnavailableError) && !this.stopping) {
-        await this.onFault('renew', error); // not "maybe": no use renewing until the deadline
-        return;
-      }
-      this.renewFailing = true;
-      this.emit('renew-failed', { term: l.term, error });
-      return;
-    }
-    if (this.leadership !== l) return; // deposed while waiting: a late reply changes nothing
-    if (!result.renewed) {
-      this.renewFailing = false;
-      if (result.lease) this.observe(result.lease);
-      await this.endLeadership(l, 'lost', result.lease);
-      return;
-    }
-    this.renewFailing = false;
-    const deadline = leaderDeadline(sentAt, this.timing);
-    // Invariant: a deadline only moves forward, because it is computed from a later send time.
-    if (deadline < l.deadline) throw new Error(`deadline went back for ${this.group}: ${deadline} < ${l.deadline}`);
-    this.noFault();
-    l.cancelDeadline();
-    l.deadline = deadline;
-    l.cancelDeadline = this.clock.setTimer(deadline - this.clock.now(), () => void this.onDeadline(l));
-    this.lastRenewAt = sentAt;
-    this.emit('renewed', { term: l.term, latencyMs: this.clock.now() - sentAt });
-  }
-
-  private renewFailing = false;
-
-  private async onDeadline(l: Leadership): Promise<void> {
-    if (this.leadership !== l) return;
-    await this.endLeadership(l, 'deadline', null);
-    this.wake();
-  }
-
-  /** End leadership locally: abort the signal first, then tell listeners. Waits for leader work only on stop/resign. */
-  private async endLeadership(l: Leadership, reason: DeposedReason, holder: Lease | null): Promise<void> {
-    if (this.leadership !== l) return;
+  /** End leadership: abort the signal first, then tell listeners; then settle work, release, feed back. */
+  private async depose(e: Extract<ElectorEffect, { type: 'depose' }>): Promise<void> {
+    const l = this.leadership;
+    if (!l || l.term !== e.term) return;
     this.leadership = null;
-    this.renewFailing = false;
-    l.cancelDeadline();
-    l.controller.abort(new NotLeaderError(`leadership of ${this.group} term ${l.term} ended: ${reason}`));
-    this.emit('deposed', { term: l.term, reason, holder });
-    if (reason === 'stopped' || reason === 'resigned' || reason === 'error') {
+    l.controller.abort(new NotLeaderError(`leadership of ${this.group} term ${l.term} ended: ${e.reason}`));
+    try {
+      this.emit('deposed', { term: l.term, reason: e.reason, holder: e.holder });
+    } catch (err) {
+      void this.dispatch({ type: 'fault', operation: 'loop', error: toError(err) });
+    }
+    if (e.settle) {
       // Let aborted work settle before the lease is released, but never past the old deadline:
       // after it the lease may pass on regardless.
-      const left = l.deadline - this.clock.now();
+      const left = e.deadline - this.clock.now();
       if (l.work.size > 0 && left > 0) {
         let cancel = (): void => {};
         await Promise.race([Promise.allSettled([...l.work]), new Promise<void>((r) => (cancel = this.clock.setTimer(left, r)))]);
         cancel();
       }
     }
+    if (e.release) await this.release(l.term);
+    if (e.after === 'wake') await this.dispatch({ type: 'wake' });
+    else if (e.after === 'retired') await this.dispatch({ type: 'retired', term: l.term });
+  }
+
+  private async release(term: number): Promise<void> {
+    try {
+      await this.call('release', this.store.release(this.group, this.owner, term));
+    } catch (err) {
+      await this.dispatch({ type: 'release-failed', term, error: toError(err) });
+      return;
+    }
+    await this.dispatch({ type: 'release-ok', term });
   }
 
   private startWork(l: Leadership, fn: LeaderWork): void {
@@ -468,52 +397,11 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       } catch (err) {
         if (l.controller.signal.aborted) return; // work stopping because leadership ended is expected
         this.emit('work-error', { term: l.term, error: err as Error });
-        if (this.leadership === l) void this.resign();
+        if (this.leadership === l) void this.dispatch({ type: 'work-failed', term: l.term });
       }
     })();
     l.work.add(p);
     void p.finally(() => l.work.delete(p));
-  }
-
-  private onPush(lease: Lease | null): void {
-    if (lease && lease.owner === this.owner) {
-      // The store names this node holder without a win of ours (a release handed the lease
-      // over): try now, an acquire of our own live lease confirms it.
-      if (!this.leadership) this.tryAgain();
-      return;
-    }
-    if (lease) this.observe(lease);
-    else {
-      this.observe(null);
-      if (!this.leadership) this.tryAgain();
-    }
-  }
-
-  /** Campaign again at once: end the pause, or, with an acquire in flight, skip the next one. */
-  private tryAgain(): void {
-    if (this.acquiring) this.pushedWhileAcquiring = true;
-    else this.wake();
-  }
-
-  private observe(lease: Lease | null): void {
-    const owner = lease?.owner ?? null;
-    const term = lease?.term ?? this.knownLeader.term;
-    if (owner === this.knownLeader.owner && term === this.knownLeader.term) return;
-    this.knownLeader = { owner, term };
-    this.emit('leader-changed', { owner, term, meta: lease?.meta ?? {} });
-  }
-
-  private async releaseQuietly(term: number): Promise<void> {
-    this.retiredTerm = Math.max(this.retiredTerm, term);
-    try {
-      await this.call('release', this.store.release(this.group, this.owner, term));
-      this.observe(null);
-    } catch (err) {
-      // The lease then simply expires at its TTL; nothing is unsafe. The fault that ended the
-      // leadership, met again by its release, was reported already.
-      const error = toError(err);
-      if (error.message !== this.lastFault) this.emit('store-error', { operation: 'release', error });
-    }
   }
 
   /**
@@ -548,24 +436,17 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       );
     });
   }
+}
 
-  /** Sleep up to `ms`, returning early when woken (push, stop, deadline). */
-  private pause(ms: number): Promise<void> {
-    if (this.stopping) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = (): void => {
-        cancel();
-        if (this.wakeUp === done) this.wakeUp = null;
-        resolve();
-      };
-      const cancel = this.clock.setTimer(ms, done);
-      this.wakeUp = done;
-    });
-  }
+function callError(err: unknown): CallError {
+  const error = toError(err);
+  return { error, unavailable: error instanceof StoreUnavailableError };
+}
 
-  private wake(): void {
-    this.wakeUp?.();
-  }
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve = (): void => {};
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
 }
 
 function toError(err: unknown): Error {

@@ -6,7 +6,7 @@
  *     ----
  *     expected output (no blank lines; ends at a blank line)
  *
- * With RAFT_REWRITE=1 the expected output is replaced by what the code printed.
+ * With RAFT_REWRITE=1 (or DATADRIVEN_REWRITE=1) the expected output is replaced by what the code printed.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 
@@ -55,7 +55,7 @@ export function formatCases(cases: readonly Case[], actual: readonly string[]): 
   return parts.join('\n');
 }
 
-export const rewrite = process.env.RAFT_REWRITE === '1';
+export const rewrite = process.env.RAFT_REWRITE === '1' || process.env.DATADRIVEN_REWRITE === '1';
 
 /** Runs every case of `file` through `run`; returns the mismatches (and rewrites the file if asked). */
 export function runFile(file: string, run: (command: string) => string): { mismatches: { case: Case; actual: string }[]; panics: string[] } {

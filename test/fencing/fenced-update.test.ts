@@ -87,13 +87,28 @@ const dialects: Record<string, () => Promise<Harness>> = {
       },
     };
   },
-  'sqlite (better-sqlite3)': () =>
+};
+
+/**
+ * better-sqlite3, when its native binding loads on this Node (CI builds it for Node 20; on Node 24
+ * the store and this suite use node:sqlite below). Every Node runs at least one of the two.
+ */
+const betterSqliteLoads = ((): boolean => {
+  try {
+    new Database(':memory:').close();
+    return true;
+  } catch {
+    return false;
+  }
+})();
+if (betterSqliteLoads) {
+  dialects['sqlite (better-sqlite3)'] = () =>
     sqliteHarness((path) => {
       const db = new Database(path);
       db.pragma('busy_timeout = 5000');
       return db;
-    }),
-};
+    });
+}
 
 /** node:sqlite (Node >= 22.5), when this Node has it. */
 type DatabaseSync = new (path: string, options?: { timeout?: number }) => SqliteDatabase & { exec(sql: string): void; close(): void };
@@ -105,6 +120,10 @@ const nodeSqlite = ((): DatabaseSync | null => {
   }
 })();
 if (nodeSqlite) dialects['sqlite (node:sqlite)'] = () => sqliteHarness((path) => new nodeSqlite(path, { timeout: 5000 }));
+
+it('runs the SQLite dialect on at least one driver on this Node', () => {
+  expect(Object.keys(dialects).filter((k) => k.startsWith('sqlite'))).not.toEqual([]);
+});
 
 /** The user's own handle on the SqliteStore's file. */
 async function sqliteHarness(openDb: (path: string) => SqliteDatabase & { exec(sql: string): unknown; close(): unknown }): Promise<Harness> {

@@ -3,8 +3,7 @@
  * mysql2 pool fits and tenure's published types do not depend on mysql2's. The driver is loaded
  * only when a store is opened from a URL; a missing package is a DriverMissingError.
  */
-import { createRequire } from 'node:module';
-import { DriverMissingError } from '../../core/index.js';
+import { loadDriver } from '../../core/driver.js';
 
 /** What `execute`/`query` resolve to: rows (SELECT) or a result header (INSERT/UPDATE), then fields. */
 export type MysqlResult = [unknown, unknown];
@@ -77,13 +76,7 @@ interface Mysql2Promise {
   createPool(config: Record<string, unknown>): MysqlPool;
 }
 
-const require = createRequire(import.meta.url);
 
 export function loadMysql2(): Mysql2Promise {
-  try {
-    return require('mysql2/promise') as Mysql2Promise;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND') throw new DriverMissingError('mysql2', 'mysql');
-    throw err;
-  }
+  return loadDriver<Mysql2Promise>('mysql2/promise', 'mysql');
 }

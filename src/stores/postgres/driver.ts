@@ -3,8 +3,7 @@
  * so that tenure's published types do not require `@types/pg`. The driver is loaded only when a
  * store is opened from a URL; a missing package is a DriverMissingError.
  */
-import { createRequire } from 'node:module';
-import { DriverMissingError } from '../../core/index.js';
+import { loadDriver } from '../../core/driver.js';
 
 export interface PgQueryResult {
   readonly rows: Record<string, unknown>[];
@@ -53,14 +52,7 @@ interface PgModule {
   Pool: new (config: Record<string, unknown>) => PgPool;
 }
 
-const require = createRequire(import.meta.url);
 
 export function loadPg(): PgModule {
-  try {
-    const mod = require('pg') as PgModule & { default?: PgModule };
-    return mod.Pool ? mod : (mod.default as PgModule);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND') throw new DriverMissingError('pg', 'postgres');
-    throw err;
-  }
+  return loadDriver<PgModule>('pg', 'postgres');
 }

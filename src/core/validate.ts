@@ -3,7 +3,7 @@
  * field and the allowed range.
  */
 import { InvalidArgumentError, StoreDataError } from './errors.js';
-import type { FencingToken, LeaseMeta, RenewManyItem } from './types.js';
+import type { FencingToken, LeaseMeta, RenewManyItem, StreamEntry } from './types.js';
 
 export const limits = {
   nameMaxLength: 200,
@@ -64,6 +64,19 @@ export function checkTerm(field: string, value: unknown): number {
     throw new InvalidArgumentError(field, `expected a positive integer term, got ${String(value)}`);
   }
   return value;
+}
+
+/**
+ * A stream entry as a store read it back: its term is checked as `decodeTerm` checks a lease's
+ * (an entry written by hand or by another program gets a StoreDataError, never a rounded term),
+ * and its position must be a whole number >= 1.
+ */
+export function decodeStreamEntry(store: string, stream: string, row: { seq: unknown; lease: string; term: unknown; payload: string }): StreamEntry {
+  const seq = typeof row.seq === 'string' && /^[0-9]{1,16}$/.test(row.seq) ? Number(row.seq) : typeof row.seq === 'bigint' ? Number(row.seq) : row.seq;
+  if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 1) {
+    throw new StoreDataError(`${store} store: stream ${JSON.stringify(stream)} holds an entry at position ${String(row.seq).slice(0, 40)}, which is not an integer in [1, ${Number.MAX_SAFE_INTEGER}]`);
+  }
+  return { stream, seq, lease: row.lease, term: decodeTerm(store, row.lease, row.term), payload: row.payload };
 }
 
 /**

@@ -318,3 +318,45 @@ async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
     await new Promise((r) => setTimeout(r, 10));
   }
 }
+
+describe('stream entries whose term tenure cannot use', () => {
+  it('SQLite: readStream of an entry at term 2^63 - 1 or 2^53 + 1 is a StoreDataError naming the lease, never a rounded term', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tenure-terms-'));
+    const path = join(dir, 'tenure.db');
+    const store = new SqliteStore({ path });
+    try {
+      const got = await store.acquire('w', 'a~1', 5000);
+      await store.appendFenced({ lease: 'w', term: got.lease.term }, 's', 'one');
+      const { db } = openDatabase(path);
+      for (const term of [HUGE, ABOVE_SAFE]) {
+        db.prepare(`UPDATE tenure_streams SET term = ${term} WHERE stream = 's'`).run();
+        const err = await store.readStream('s').catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(StoreDataError);
+        expect((err as Error).message).toMatch(/^sqlite store: lease "w" holds term 9\d+, which is not an integer/);
+      }
+      db.close();
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('PostgreSQL: the same for an entry at term 2^53 + 1', async () => {
+    const database = await createPostgresDatabase();
+    const store = new PostgresStore({ url: database.url });
+    const admin = new pg.Client({ connectionString: database.url });
+    await admin.connect();
+    try {
+      const got = await store.acquire('w', 'a~1', 5000);
+      await store.appendFenced({ lease: 'w', term: got.lease.term }, 's', 'one');
+      await admin.query(`UPDATE tenure_streams SET term = ${ABOVE_SAFE} WHERE stream = 's'`);
+      const err = await store.readStream('s').catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StoreDataError);
+      expect((err as Error).message).toContain(`postgres store: lease "w" holds term "${ABOVE_SAFE}"`);
+    } finally {
+      await admin.end();
+      await store.close();
+      await database.drop();
+    }
+  });
+});

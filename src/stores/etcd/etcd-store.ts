@@ -48,6 +48,7 @@ import {
   checkTtl,
   decideFence,
   decodeMeta,
+  decodeStreamEntry,
   decodeTerm,
   nextTerm,
   foreignStreamError,
@@ -363,7 +364,7 @@ export class EtcdStore implements Store {
     });
     return kvs.map((kv) => {
       const e = JSON.parse(kv.value.toString()) as { lease: string; term: number; payload: string };
-      return { stream, seq: layout.seqOf(kv.key), lease: e.lease, term: e.term, payload: e.payload };
+      return decodeStreamEntry('etcd', stream, { seq: layout.seqOf(kv.key), lease: e.lease, term: e.term, payload: e.payload });
     });
   }
 

@@ -36,6 +36,7 @@ import {
   decideAcquire,
   decideFence,
   decodeMeta,
+  decodeStreamEntry,
   decodeTerm,
   foreignStreamError,
   reportStale,
@@ -341,13 +342,9 @@ export class MysqlStore implements Store {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
     return this.run('readStream', async (c) =>
-      (await select(c, this.sql.readStream, [stream, after, limit])).map((row) => ({
-        stream,
-        seq: Number(row.seq),
-        lease: text(row.lease),
-        term: Number(row.term),
-        payload: text(row.payload),
-      })),
+      (await select(c, this.sql.readStream, [stream, after, limit])).map((row) =>
+        decodeStreamEntry('mysql', stream, { seq: row.seq, lease: text(row.lease), term: row.term, payload: text(row.payload) }),
+      ),
     );
   }
 

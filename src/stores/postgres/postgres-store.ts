@@ -36,6 +36,7 @@ import {
   checkToken,
   checkTtl,
   decodeMeta,
+  decodeStreamEntry,
   decodeTerm,
   termExhausted,
   foreignStreamError,
@@ -343,13 +344,7 @@ export class PostgresStore implements Store {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
     const r = await this.run('readStream', (c) => this.query(c, 'readStream', [stream, after, limit]));
-    return r.rows.map((row) => ({
-      stream,
-      seq: Number(row.seq),
-      lease: String(row.lease),
-      term: Number(row.term),
-      payload: String(row.payload),
-    }));
+    return r.rows.map((row) => decodeStreamEntry('postgres', stream, { seq: row.seq, lease: String(row.lease), term: row.term, payload: String(row.payload) }));
   }
 
   /**

@@ -28,6 +28,7 @@ import {
   checkToken,
   checkTtl,
   decodeMeta,
+  decodeStreamEntry,
   decodeTerm,
   termExhausted,
   foreignStreamError,
@@ -257,7 +258,7 @@ export class RedisStore implements Store {
     return (rows as [string, string[]][]).map(([id, fields]) => {
       const f = new Map<string, string>();
       for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i]!, fields[i + 1]!);
-      return { stream, seq: Number(id.split('-')[0]), lease: f.get('lease') ?? '', term: Number(f.get('term')), payload: f.get('payload') ?? '' };
+      return decodeStreamEntry('redis', stream, { seq: id.split('-')[0], lease: f.get('lease') ?? '', term: f.get('term'), payload: f.get('payload') ?? '' });
     });
   }
 

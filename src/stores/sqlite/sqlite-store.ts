@@ -39,6 +39,7 @@ import {
   decideRelease,
   decideRenew,
   decodeMeta,
+  decodeStreamEntry,
   decodeTerm,
   encodeMeta,
   foreignStreamError,
@@ -380,13 +381,7 @@ export class SqliteStore implements Store {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
     return this.query('readStream', () =>
-      this.st.readEntries.all(stream, after, limit).map((r) => ({
-        stream,
-        seq: Number(r.seq),
-        lease: String(r.lease),
-        term: Number(r.term),
-        payload: String(r.payload),
-      })),
+      this.st.readEntries.all(stream, after, limit).map((r) => decodeStreamEntry('sqlite', stream, { seq: r.seq, lease: String(r.lease), term: r.term, payload: String(r.payload) })),
     );
   }
 

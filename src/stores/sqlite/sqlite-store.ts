@@ -502,7 +502,7 @@ export class SqliteStore implements Store {
       lastSeq: p('SELECT max(seq) AS seq FROM tenure_streams WHERE stream = ?'),
       firstEntryLease: p('SELECT lease FROM tenure_streams WHERE stream = ? AND seq = 1'),
       insertEntry: p('INSERT INTO tenure_streams (stream, seq, lease, term, payload) VALUES (?, ?, ?, ?, ?)'),
-      readEntries: p('SELECT seq, lease, term, payload FROM tenure_streams WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?'),
+      readEntries: p('SELECT CAST(seq AS TEXT) AS seq, lease, CAST(term AS TEXT) AS term, payload FROM tenure_streams WHERE stream = ? AND seq > ? ORDER BY tenure_streams.seq LIMIT ?'),
       dataVersion: p('PRAGMA data_version'),
     };
   }

@@ -4,7 +4,7 @@
  * pipe from tenure and stops the group when the pipe closes), so a second node that takes the
  * lease after it expires never runs a second copy beside the first.
  */
-import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { cleanUp, groupAlive, processAlive, sandbox, sleep, start, waitUntil } from './helpers.js';
@@ -138,11 +138,15 @@ describe('a child does not outlive a killed supervisor (kill -9)', () => {
 describe.runIf(process.platform === 'linux')('the watchdog leaves with the child', () => {
   it('is gone after a child that exits by itself, after a stop and after tenure exits', { timeout: 90_000 }, async () => {
     const box = sandbox();
-    // --once: the child exits 0 by itself, tenure releases and exits 0.
-    const once = start(box, ['run', '--group', 'g', '--once', '--json', '--', 'sh', '-c', 'sleep 0.3']);
+    // --once: the child exits 0 by itself, tenure releases and exits 0. The child waits for a file
+    // the test writes once it has seen the watchdog (a fixed-length child could end before a
+    // watchdog started on a loaded machine was ever seen: a CI flake).
+    const go = join(box.dir, 'go');
+    const once = start(box, ['run', '--group', 'g', '--once', '--json', '--', 'sh', '-c', `while [ ! -e ${go} ]; do sleep 0.05; done`]);
     await waitUntil('the child to start', () => once.childPids()[0]);
     const child = once.childPids()[0]!;
     await waitUntil('a watchdog for the child', () => watchdogsOf(child).length === 1);
+    writeFileSync(go, '');
     expect((await once.exited).code).toBe(0);
     await waitUntil('the watchdog to leave', () => watchdogsOf(child).length === 0, 5000);
     // SIGTERM: tenure stops the child itself; the watchdog leaves too.

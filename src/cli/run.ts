@@ -236,6 +236,8 @@ export function describeDeposed(reason: DeposedReason, holder: Lease | null): st
       return 'resigned';
     case 'late':
       return 'the acquire reply came after its own deadline';
+    case 'fenced':
+      return 'a fenced write with this term was refused as stale (a newer term exists)';
     case 'stopped':
       return 'stopped';
     case 'error':

@@ -8,6 +8,7 @@ export type TenureErrorCode =
   | 'STORE_DATA'
   | 'INVALID_ARGUMENT'
   | 'NOT_LEADER'
+  | 'NO_TOKEN'
   | 'LOCK_TIMEOUT'
   | 'DRIVER_MISSING'
   | 'CLOSED'
@@ -74,6 +75,17 @@ export class InvalidArgumentError extends TenureError {
 export class NotLeaderError extends TenureError {
   constructor(message: string) {
     super('NOT_LEADER', message);
+  }
+}
+
+/**
+ * A fenced helper (an HTTP call, a publish, a SQL command) was called with no fencing token in
+ * its context: outside runWhileLeader / lock.using / runFenced, or after that leadership ended.
+ * It never writes unfenced: it throws this instead.
+ */
+export class NoTokenError extends TenureError {
+  constructor(message: string) {
+    super('NO_TOKEN', message);
   }
 }
 

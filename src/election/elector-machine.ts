@@ -29,6 +29,7 @@ export type DeposedReason =
   | 'stopped' // stop() was called
   | 'resigned' // resign() was called, or the leader work failed
   | 'late' // the acquire reply came after its own deadline had already passed
+  | 'fenced' // a fenced write with this leadership's token was refused as stale: a newer term exists
   | 'error'; // an unexpected error in the store or the elector (reported as `store-error`)
 
 export type TimerName = 'loop' | 'deadline';
@@ -80,6 +81,8 @@ export type ElectorEvent =
   | { readonly type: 'stop' }
   | { readonly type: 'resign' }
   | { readonly type: 'work-failed'; readonly term: number }
+  /** A fenced write carrying this term's token was refused as stale (on any path): step down at once. */
+  | { readonly type: 'fenced'; readonly term: number }
   | { readonly type: 'wake' }
   | { readonly type: 'push'; readonly lease: Lease | null }
   | { readonly type: 'timer'; readonly timer: TimerName; readonly id: number }
@@ -189,6 +192,9 @@ class Step {
         return;
       case 'work-failed':
         if (s.leader && s.leader.term === e.term) this.resign();
+        return;
+      case 'fenced':
+        if (s.leader && s.leader.term === e.term) this.resign('fenced');
         return;
       case 'wake':
         this.wake();
@@ -364,11 +370,11 @@ class Step {
 
   // ---- leaving ------------------------------------------------------------------------
 
-  private resign(): void {
+  private resign(reason: 'resigned' | 'fenced' = 'resigned'): void {
     const s = this.state;
     if (!s.leader) return;
     s.resignUntil = this.now + this.timing.renewIntervalMs;
-    this.depose('resigned', null, true, true, 'wake');
+    this.depose(reason, null, true, true, 'wake');
   }
 
   private onStop(): void {

@@ -24,6 +24,8 @@ import { hostname } from 'node:os';
 import { initialState, step } from './elector-machine.js';
 import type { CallError, DeposedReason, ElectorConfig, ElectorEffect, ElectorEvent, ElectorState, TimerName } from './elector-machine.js';
 import { TypedEmitter } from '../core/typed-emitter.js';
+import { onFencedRejection } from '../core/index.js';
+import { runFenced } from '../fencing/context.js';
 
 export interface LeaderElectorOptions extends TimingOptions {
   store: Store;
@@ -85,6 +87,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private stopping = false;
   private readonly stopController = new AbortController();
   private unwatch: Unsubscribe | null = null;
+  private unhearRejections: (() => void) | null = null;
   private readonly timers: Record<TimerName, (() => void) | null> = { loop: null, deadline: null };
   /** The acquire in flight: its store promise (released if stop abandons a win) and settled() waiters. */
   private acquire: { id: number; pending: Promise<AcquireResult> } | null = null;
@@ -155,6 +158,12 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     if (this.started) return;
     if (this.stopping) throw new NotLeaderError(`elector for ${this.group} was stopped; make a new one`);
     this.started = true;
+    // A stale rejection stops the writer: a fenced write refused anywhere in this process with
+    // this leadership's token (stream, SQL, HTTP, message) ends the leadership at once.
+    this.unhearRejections = onFencedRejection(({ error }) => {
+      const l = this.leadership;
+      if (l && error.lease === this.group && error.term === l.term) void this.dispatch({ type: 'fenced', term: l.term });
+    });
     try {
       if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.dispatch({ type: 'push', lease }));
     } catch (err) {
@@ -208,6 +217,8 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     } finally {
       // The watch goes after the release, which is then on its way sooner (a hand-off waits on it).
       try {
+        this.unhearRejections?.();
+        this.unhearRejections = null;
         this.unwatch?.();
       } finally {
         this.unwatch = null;
@@ -393,7 +404,9 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     const context: LeaderContext = { signal: l.controller.signal, term: l.term, token: l.token };
     const p = (async () => {
       try {
-        await fn(context);
+        // The token flows with the work (timers, promises, jobs it starts): tenure/fencing's
+        // helpers find it there, and refuse to write once the signal has aborted.
+        await runFenced(context, () => fn(context));
       } catch (err) {
         if (l.controller.signal.aborted) return; // work stopping because leadership ended is expected
         this.emit('work-error', { term: l.term, error: err as Error });

@@ -3,13 +3,16 @@
  *
  * - the fencing token, its text form `LEASE#TERM` and the fence decision (defined in `core/`,
  *   where the stores can reach them, and re-exported here);
+ * - the token context (`runFenced`, `currentToken`, `requireFence`): the token flows with the
+ *   leader's work, and a fenced helper called outside a leadership throws, never writes unfenced;
  * - `fencedUpdate`, the fenced row on the user's own SQL table, for PostgreSQL, MySQL and SQLite,
  *   built on a small dialect object (`postgresDialect`, `mysqlDialect`, `sqliteDialect`);
- * - the helpers that carry a token to the resource it guards (to come).
+ * - the helpers that carry a token to the resource it guards: HTTP, messages, SQL commands.
  *
  * This folder imports only `core/`; the drivers are the caller's, passed in.
  */
 export * from './token.js';
+export { runFenced, currentFence, currentToken, requireFence, refuse, timeFencedWrite, type FenceScope } from './context.js';
 export { fencedUpdate, type FencedUpdate, type FencedUpdateResult } from './fenced-update.js';
 export { postgresDialect, mysqlDialect, sqliteDialect } from './dialects.js';
 export type { SqlDialect, MissingObject, PgQueryable, MysqlExecutor, SqliteDatabase } from './dialects.js';

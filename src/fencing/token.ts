@@ -12,8 +12,8 @@
 import { InvalidArgumentError, makeToken } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
 
-export { makeToken, decideFence, onFencedRejection, reportStale, StaleTermError } from '../core/index.js';
-export type { FencingToken, FencedRejection, FencedRejectionListener } from '../core/index.js';
+export { makeToken, decideFence, onFencedRejection, reportStale, onFencedWrite, reportFencedWrite, StaleTermError, NoTokenError } from '../core/index.js';
+export type { FencingToken, FencedRejection, FencedRejectionListener, FencedPath, FencedWrite, FencedWriteListener, StaleWhere } from '../core/index.js';
 
 /** `LEASE#TERM`, e.g. `billing#5`. */
 export function formatToken(token: FencingToken): string {

@@ -6,6 +6,7 @@
 import { LockTimeoutError, NotLeaderError, TenureError, checkMs, limits, systemClock } from '../core/index.js';
 import type { Clock, FencingToken, LeaseMeta, Random, Store, TimingOptions } from '../core/index.js';
 import { LeaderElector } from '../election/index.js';
+import { runFenced } from '../fencing/context.js';
 
 export interface LockOptions extends TimingOptions {
   /** Stable node id (an incarnation suffix is added). */
@@ -119,11 +120,14 @@ export class Lock {
     });
   }
 
-  /** Acquire, run `fn` with the handle, release whatever happens. */
+  /**
+   * Acquire, run `fn` with the handle, release whatever happens. The handle's token is the fencing
+   * context of `fn` and of everything it starts (tenure/fencing's helpers find it there).
+   */
   async using<T>(fn: (handle: LockHandle) => Promise<T> | T, options?: AcquireOptions): Promise<T> {
     const handle = await this.acquire(options);
     try {
-      return await fn(handle);
+      return await runFenced(handle, () => fn(handle));
     } finally {
       await handle.release();
     }

@@ -7,11 +7,14 @@
  *   tenure_renew_latency_seconds{group}     histogram of successful renew round trips
  *   tenure_renew_failures_total{group}      renewals that failed or got no answer
  *   tenure_leadership_changes_total{group}  elections and depositions of this node
- *   tenure_fenced_rejections_total{lease}   fenced writes refused as stale, every one in this process:
- *                                           appendFenced on any store, fencedUpdate on PostgreSQL/MySQL/SQLite
+ *   tenure_fenced_rejections_total{lease,path,side}
+ *                                           fenced writes refused as stale, every one in this process:
+ *                                           path stream|sql|http|message; side guard (refused here, where
+ *                                           the write lands) or writer (this process's write, refused elsewhere)
+ *   tenure_fenced_write_seconds{path,outcome}  histogram of fenced writes' latency (ok, stale, error)
  */
 import { createRequire } from 'node:module';
-import { DriverMissingError, onFencedRejection } from '../core/index.js';
+import { DriverMissingError, onFencedRejection, onFencedWrite } from '../core/index.js';
 import type { LeaderElector } from '../election/index.js';
 import type { TenureStore } from '../open.js';
 
@@ -96,17 +99,28 @@ export function collectMetrics(sources: { elector?: LeaderElector; store?: Tenur
   }
   // Every stale refusal in the process (each store's appendFenced and fencedUpdate report it where
   // they refuse), counted once per registry however many times collectMetrics is called with it.
-  const rejections = metric(client, registry, client.Counter, 'tenure_fenced_rejections_total', 'Fenced writes refused as stale', ['lease']);
-  stops.push(countRejections(registry, rejections));
+  const rejections = metric(client, registry, client.Counter, 'tenure_fenced_rejections_total', 'Fenced writes refused as stale', ['lease', 'path', 'side']);
+  const writes = metric(client, registry, client.Histogram, 'tenure_fenced_write_seconds', 'Fenced writes by path and outcome', ['path', 'outcome'], [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+  ]);
+  stops.push(countRejections(registry, rejections, writes));
   return () => stops.forEach((stop) => stop());
 }
 
 const rejectionFeeds = new WeakMap<Registry, { users: number; stop: () => void }>();
 
-function countRejections(registry: Registry, counter: Labeled<CounterChild>): () => void {
+function countRejections(registry: Registry, counter: Labeled<CounterChild>, writes: Labeled<HistogramChild>): () => void {
   let feed = rejectionFeeds.get(registry);
   if (!feed) {
-    feed = { users: 0, stop: onFencedRejection(({ error }) => counter.labels({ lease: error.lease }).inc()) };
+    const stopRejections = onFencedRejection(({ error, path, side }) => counter.labels({ lease: error.lease, path, side }).inc());
+    const stopWrites = onFencedWrite(({ path, outcome, ms }) => writes.labels({ path, outcome }).observe(ms / 1000));
+    feed = {
+      users: 0,
+      stop: () => {
+        stopRejections();
+        stopWrites();
+      },
+    };
     rejectionFeeds.set(registry, feed);
   }
   const mine = feed;

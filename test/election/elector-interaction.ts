@@ -13,7 +13,7 @@
  *   renew-failed [unavailable=true] [msg=TEXT] [id=N]
  *   release-ok term=N | release-failed term=N [msg=TEXT]
  *   push owner=O term=N [remaining=MS] | push none
- *   work-failed term=N | retired term=N | fault [op=loop] [msg=TEXT]
+ *   work-failed term=N | fenced term=N | retired term=N | fault [op=loop] [msg=TEXT]
  * Each command prints the effects (one a line) and then the state in one line.
  * TEXT is one word; `_` stands for a space.
  */
@@ -116,6 +116,8 @@ export class ElectorEnv {
         return this.feed({ type: 'push', lease: args[0] === 'none' ? null : lease(kv.get('owner') ?? OWNER, num('term'), num('remaining', this.cfg().timing.ttlMs)) });
       case 'work-failed':
         return this.feed({ type: 'work-failed', term: num('term') });
+      case 'fenced':
+        return this.feed({ type: 'fenced', term: num('term') });
       case 'retired':
         return this.feed({ type: 'retired', term: num('term') });
       case 'fault':

@@ -161,7 +161,7 @@ describe.each(Object.keys(dialects))("fencedUpdate on the user's own table: %s",
     await h?.close();
   });
   const rejections = async (lease: string): Promise<number> => {
-    const m = new RegExp(`tenure_fenced_rejections_total\\{lease="${lease}"\\} (\\d+)`).exec(await registry.metrics());
+    const m = new RegExp(`tenure_fenced_rejections_total\\{lease="${lease}",path="(?:sql|stream)",side="guard"\\} (\\d+)`).exec(await registry.metrics());
     return m ? Number(m[1]) : 0;
   };
   // Terms as the lease store issues them: fencedUpdate checks a token's term against

@@ -33,7 +33,7 @@ describe('metrics through prom-client', () => {
     const after = await registry.metrics();
     expect(after).toMatch(/tenure_is_leader\{group="billing"\} 0/);
     expect(after).toMatch(/tenure_leadership_changes_total\{group="billing"\} 2/);
-    expect(after).toMatch(/tenure_fenced_rejections_total\{lease="billing"\} 1/);
+    expect(after).toMatch(/tenure_fenced_rejections_total\{lease="billing",path="stream",side="guard"\} 1/);
     stop();
     await store.close();
   });
@@ -47,8 +47,9 @@ describe('tenure_fenced_rejections_total counts every stale refusal', () => {
     const stopA = collectMetrics({}, { registry });
     const stopB = collectMetrics({}, { registry }); // a second caller on one registry must not count twice
     const count = async (lease: string): Promise<number> => {
-      const m = new RegExp(`tenure_fenced_rejections_total\\{lease="${lease}"\\} (\\d+)`).exec(await registry.metrics());
-      return m ? Number(m[1]) : 0;
+      // Summed over the paths (sql for fencedUpdate, stream for appendFenced).
+      const re = new RegExp(`tenure_fenced_rejections_total\\{lease="${lease}",path="(?:sql|stream)",side="guard"\\} (\\d+)`, 'g');
+      return [...(await registry.metrics()).matchAll(re)].reduce((sum, m) => sum + Number(m[1]), 0);
     };
     // fencedUpdate on PostgreSQL: a row written by term 2 refuses term 1.
     const pgDb = await createPostgresDatabase();

@@ -12,3 +12,5 @@ export type { FencedUpdate, FencedUpdateResult, SqlDialect, RowValue, FenceScope
 export { collectMetrics } from './observe/index.js';
 export type { MetricsOptions } from './observe/index.js';
 export type { TenureStoreEvents } from './open.js';
+export { Follower, ApplyError, OffsetMismatchError, sqliteSink, postgresSink, mysqlSink } from './replication/index.js';
+export type { ApplyFn, FollowerEvents, FollowerLag, FollowerOptions, FollowerSink, SinkOptions } from './replication/index.js';

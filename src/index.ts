@@ -13,4 +13,4 @@ export { collectMetrics } from './observe/index.js';
 export type { MetricsOptions } from './observe/index.js';
 export type { TenureStoreEvents } from './open.js';
 export { Follower, ApplyError, OffsetMismatchError, sqliteSink, postgresSink, mysqlSink } from './replication/index.js';
-export type { ApplyFn, FollowerEvents, FollowerLag, FollowerOptions, FollowerSink, SinkOptions } from './replication/index.js';
+export type { ApplyBatchFn, ApplyFn, FollowerEvents, FollowerLag, FollowerOptions, FollowerSink, SinkOptions } from './replication/index.js';

@@ -16,6 +16,8 @@ import type { FollowerSink } from './sinks.js';
 
 /** Apply one entry to the projection, inside the batch's transaction `tx`. A throw stops the follower on that entry. */
 export type ApplyFn<Tx> = (entry: StreamEntry, tx: Tx) => void | Promise<void>;
+/** Apply a whole batch (consecutive entries, in order) inside its transaction: one multi-row statement instead of one per entry. */
+export type ApplyBatchFn<Tx> = (entries: readonly StreamEntry[], tx: Tx) => void | Promise<void>;
 
 export interface FollowerOptions<Tx> {
   readonly store: Store;
@@ -23,7 +25,10 @@ export interface FollowerOptions<Tx> {
   readonly stream: string;
   /** Where the projection and the offset live (sqliteSink, postgresSink, mysqlSink, or your own). */
   readonly sink: FollowerSink<Tx>;
-  readonly apply: ApplyFn<Tx>;
+  /** Apply each entry. Give exactly one of `apply` and `applyBatch`. */
+  readonly apply?: ApplyFn<Tx>;
+  /** Apply each batch at once; a throw stops the follower on the batch's first entry. */
+  readonly applyBatch?: ApplyBatchFn<Tx>;
   /** Names the offset row (default: the stream). Two followers of one stream into one sink need two names. */
   readonly name?: string;
   /** Entries per transaction, at most: 1..10000 (default 500). Also the read page size. */
@@ -78,7 +83,7 @@ function positiveInt(field: string, value: unknown, min: number, max: number): n
 
 /** Marks an error thrown by the user's apply, so it is told apart from the sink's own failures. */
 class ApplyThrew {
-  constructor(readonly entry: StreamEntry, readonly error: unknown) {}
+  constructor(readonly seq: number, readonly error: unknown) {}
 }
 
 export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncDisposable {
@@ -86,7 +91,7 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
   readonly name: string;
   private readonly store: Store;
   private readonly sink: FollowerSink<Tx>;
-  private readonly applyFn: ApplyFn<Tx>;
+  private readonly applyFn: ApplyBatchFn<Tx>;
   private readonly batchSize: number;
   private readonly pollMs: number;
   private readonly retryMs: number;
@@ -107,12 +112,33 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
     if (typeof options.sink?.commit !== 'function' || typeof options.sink.load !== 'function') {
       throw new InvalidArgumentError('sink', 'expected a FollowerSink (sqliteSink, postgresSink, mysqlSink or your own { load, commit })');
     }
-    if (typeof options.apply !== 'function') throw new InvalidArgumentError('apply', 'expected a function (entry, tx) => void | Promise<void>');
+    const { apply, applyBatch } = options;
+    if ((apply === undefined) === (applyBatch === undefined)) {
+      throw new InvalidArgumentError('apply', 'give exactly one of apply (entry, tx) and applyBatch (entries, tx)');
+    }
+    if (apply !== undefined && typeof apply !== 'function') throw new InvalidArgumentError('apply', 'expected a function (entry, tx) => void | Promise<void>');
+    if (applyBatch !== undefined && typeof applyBatch !== 'function') throw new InvalidArgumentError('applyBatch', 'expected a function (entries, tx) => void | Promise<void>');
     this.store = options.store;
     this.stream = checkName('stream', options.stream);
     this.name = checkName('name', options.name ?? options.stream);
     this.sink = options.sink;
-    this.applyFn = options.apply;
+    this.applyFn = applyBatch
+      ? async (entries, tx) => {
+          try {
+            await applyBatch(entries, tx);
+          } catch (err) {
+            throw new ApplyThrew(entries[0]!.seq, err);
+          }
+        }
+      : async (entries, tx) => {
+          for (const e of entries) {
+            try {
+              await apply!(e, tx);
+            } catch (err) {
+              throw new ApplyThrew(e.seq, err);
+            }
+          }
+        };
     this.batchSize = positiveInt('batchSize', options.batchSize ?? DEFAULTS.batchSize, 1, limits.readLimitMax);
     this.pollMs = checkMs('pollMs', options.pollMs ?? DEFAULTS.pollMs, 1, 60_000);
     this.retryMs = checkMs('retryMs', options.retryMs ?? DEFAULTS.retryMs, 1, 60_000);
@@ -201,19 +227,13 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
           const started = performance.now();
           const from = this.appliedSeq;
           await this.sink.commit(this.name, from, last.seq, async (tx) => {
-            for (const e of entries) {
-              try {
-                await this.applyFn(e, tx);
-              } catch (err) {
-                throw new ApplyThrew(e, err);
-              }
-            }
+            await this.applyFn(entries, tx);
           });
           this.appliedSeq = last.seq;
           if (this.headExact) this.caughtUpAt = performance.now();
           this.emit('applied', { from: from + 1, to: last.seq, count: entries.length, ms: performance.now() - started });
         } catch (err) {
-          if (err instanceof ApplyThrew) throw new ApplyError(this.stream, err.entry.seq, err.error);
+          if (err instanceof ApplyThrew) throw new ApplyError(this.stream, err.seq, err.error);
           if (err instanceof OffsetMismatchError || err instanceof StoreDataError) throw err;
           if (err instanceof TenureError && (err.code === 'INVALID_ARGUMENT' || err.code === 'CLOSED')) throw err;
           // A store or sink failure: the commit may or may not have happened, so load the offset again.

@@ -298,11 +298,39 @@ describe('bad entries', () => {
     expectExactly(await proj.rows(), 2);
   });
 
+  it('applyBatch gets each batch whole; a throw stops the follower on the batch, rolled back', { timeout: 30_000 }, async () => {
+    const store = new SqliteStore({ path: join(tempDir(), 'log.db') });
+    cleanups.push(() => store.close());
+    const proj = await sqliteProjection();
+    const token = await lead(store, 'g', 'leader-1');
+    await appendMany(store, token, 's', 1, 25);
+    const sizes: number[] = [];
+    const f = new Follower({
+      store,
+      stream: 's',
+      sink: proj.sink,
+      batchSize: 10,
+      pollMs: 5,
+      applyBatch: async (entries, tx) => {
+        sizes.push(entries.length);
+        for (const e of entries) await proj.apply(e, tx);
+        if (entries.some((e) => e.seq === 17)) throw new Error('batch with e17 refused');
+      },
+    });
+    const err = await f.start().then(() => null, (e: unknown) => e);
+    expect(err).toBeInstanceOf(ApplyError);
+    expect((err as ApplyError).seq).toBe(11);
+    expect(sizes).toEqual([10, 10]);
+    expectExactly(await proj.rows(), 10);
+  });
+
   it('refuses bad options with the field named', () => {
     const store = new SqliteStore({ path: join(tempDir(), 'log.db') });
     cleanups.push(() => store.close());
     const sink = sqliteSink(new Database(':memory:'));
     expect(() => new Follower({ store, stream: '', sink, apply: () => {} })).toThrow(/stream: must not be empty/);
+    expect(() => new Follower({ store, stream: 's', sink })).toThrow(/apply: give exactly one of apply/);
+    expect(() => new Follower({ store, stream: 's', sink, apply: () => {}, applyBatch: () => {} })).toThrow(/exactly one/);
     expect(() => new Follower({ store, stream: 's', sink, apply: () => {}, batchSize: 0 })).toThrow(/batchSize: expected a whole number in \[1, 10000\]/);
     expect(() => new Follower({ store, stream: 's', sink, apply: () => {}, pollMs: 0 })).toThrow(/pollMs/);
     expect(() => sqliteSink(new Database(':memory:'), { table: 'x; drop' })).toThrow(/table: expected an identifier/);

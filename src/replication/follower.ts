@@ -6,8 +6,8 @@
  *
  * The Store interface has no push for streams, so the follower polls: while the log has more it
  * reads page after page at once; when it has caught up it waits `pollMs` (or until `wake()`).
- * It never reads ahead: the next page is read only after the previous one is committed, so memory
- * is bounded by one page of `batchSize` entries.
+ * It reads at most one page ahead: while a full page is applied, the next one is read, so memory
+ * is bounded by two pages of `batchSize` entries whatever the leader's rate.
  */
 import { InvalidArgumentError, StoreDataError, TenureError, TypedEmitter, checkMs, checkName, limits } from '../core/index.js';
 import type { Store, StreamEntry } from '../core/index.js';
@@ -199,6 +199,8 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
     let loaded = false;
     let lastTerm = 0;
     let announcedCaughtUp = false;
+    // The next page, read while the current one is applied: one page ahead at most.
+    let next: Promise<StreamEntry[]> | null = null;
     try {
       while (!this.stopped) {
         try {
@@ -208,7 +210,8 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
             lastTerm = await this.checkOffset(this.appliedSeq);
             loaded = true;
           }
-          const entries = await this.store.readStream(this.stream, { after: this.appliedSeq, limit: this.batchSize });
+          const entries = await (next ?? this.store.readStream(this.stream, { after: this.appliedSeq, limit: this.batchSize }));
+          next = null;
           failures = 0;
           if (entries.length === 0) {
             this.headSeq = this.appliedSeq;
@@ -224,6 +227,10 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
           const last = entries[entries.length - 1]!;
           this.headSeq = Math.max(this.headSeq, last.seq);
           this.headExact = entries.length < this.batchSize;
+          if (!this.headExact) {
+            next = this.store.readStream(this.stream, { after: last.seq, limit: this.batchSize });
+            next.catch(() => {}); // awaited (and reported) on the next turn, or dropped on stop
+          }
           const started = performance.now();
           const from = this.appliedSeq;
           await this.sink.commit(this.name, from, last.seq, async (tx) => {
@@ -237,6 +244,7 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
           if (err instanceof OffsetMismatchError || err instanceof StoreDataError) throw err;
           if (err instanceof TenureError && (err.code === 'INVALID_ARGUMENT' || err.code === 'CLOSED')) throw err;
           // A store or sink failure: the commit may or may not have happened, so load the offset again.
+          next = null;
           failures += 1;
           if (failures > this.maxRetries) throw err;
           loaded = false;

@@ -3,7 +3,8 @@
  * stream to a projection while the leader (this process) keeps appending. The follower is
  * SIGKILLed again and again: in the middle of a batch's apply, after the apply and before the
  * commit that saves the offset, and at random instants; each time a new process resumes. At the
- * end the projection holds every entry exactly once, in order.
+ * end the projection holds every entry exactly once, in order. The log is on SQLite, PostgreSQL,
+ * MySQL (projection in the same database) and Redis (projection in a SQLite file).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,7 +16,10 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { openStore } from '../../src/index.js';
 import type { FencingToken, TenureStore } from '../../src/index.js';
 import { FixtureProcess, delay, killAll, num } from '../fixtures/harness.js';
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
+import { deleteKeys, testRedisUrl } from '../stores/redis-backend.js';
 
 const STREAM = 'orders';
 const TOTAL = 900;
@@ -35,7 +39,36 @@ interface Setup {
   rows(): Promise<number[]>;
 }
 
-const setups: Record<'sqlite' | 'postgres' | 'mysql', () => Promise<Setup>> = {
+function sqliteRows(projection: string): () => Promise<number[]> {
+  return async () => {
+    const db = new Database(projection, { readonly: true });
+    try {
+      return (db.prepare('SELECT seq FROM applied ORDER BY rowid').all() as { seq: number }[]).map((r) => r.seq);
+    } finally {
+      db.close();
+    }
+  };
+}
+
+const setups: Record<'sqlite' | 'postgres' | 'mysql' | 'redis', () => Promise<Setup & { projectionKind?: string }>> = {
+  // The log on Redis, the projection in a SQLite file.
+  redis: async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tenure-follow-kill-'));
+    const keyPrefix = `{tenure-test-${randomBytes(6).toString('hex')}}:`;
+    cleanups.push(async () => {
+      rmSync(dir, { recursive: true, force: true });
+      const admin = new Redis(testRedisUrl);
+      try {
+        await deleteKeys(admin, keyPrefix);
+      } finally {
+        admin.disconnect();
+      }
+    });
+    const url = new URL(testRedisUrl);
+    url.searchParams.set('prefix', keyPrefix);
+    const projection = join(dir, 'projection.db');
+    return { storeUrl: url.toString(), projection, projectionKind: 'sqlite', rows: sqliteRows(projection) };
+  },
   sqlite: async () => {
     const dir = mkdtempSync(join(tmpdir(), 'tenure-follow-kill-'));
     cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
@@ -89,7 +122,7 @@ const setups: Record<'sqlite' | 'postgres' | 'mysql', () => Promise<Setup>> = {
   },
 };
 
-describe.each(['sqlite', 'postgres', 'mysql'] as const)('a follower killed with SIGKILL on %s', (kind) => {
+describe.each(['sqlite', 'postgres', 'mysql', 'redis'] as const)('a follower killed with SIGKILL on %s', (kind) => {
   it('resumes without a duplicate or a gap, whether killed mid-apply, between apply and offset save, or at random', { timeout: 240_000 }, async () => {
     const setup = await setups[kind]();
     const store: TenureStore = await openStore(setup.storeUrl);
@@ -110,7 +143,7 @@ describe.each(['sqlite', 'postgres', 'mysql'] as const)('a follower killed with 
     })();
 
     const spawn = (): FixtureProcess => {
-      const p = new FixtureProcess(`follower-${procs.length}`, 'follower', [setup.storeUrl, STREAM, kind, setup.projection, '--hold-ms', '40', '--batch', '40']);
+      const p = new FixtureProcess(`follower-${procs.length}`, 'follower', [setup.storeUrl, STREAM, setup.projectionKind ?? kind, setup.projection, '--hold-ms', '40', '--batch', '40']);
       procs.push(p);
       return p;
     };

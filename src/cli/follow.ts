@@ -16,7 +16,7 @@
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { constants } from 'node:os';
@@ -109,6 +109,54 @@ function writeState(path: string, seq: number): void {
   }
 }
 
+/**
+ * One `tenure follow` per state file: FILE.lock holds the pid of the one that uses it. A lock
+ * left by a process that is gone (kill -9) is taken over. Returns the function that removes it.
+ */
+function lockState(path: string): () => void {
+  const lock = `${path}.lock`;
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(lock, 'wx', 0o644);
+      writeSync(fd, `${process.pid}\n`);
+      closeSync(fd);
+      return () => {
+        try {
+          unlinkSync(lock);
+        } catch {
+          // already gone
+        }
+      };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new InvalidArgumentError('--state', `cannot create ${lock}: ${(err as Error).message}`);
+      let pid = NaN;
+      try {
+        pid = Number(readFileSync(lock, 'utf8').trim());
+      } catch {
+        // removed meanwhile: try again
+      }
+      if (Number.isSafeInteger(pid) && pid > 0 && pid !== process.pid && processAlive(pid)) {
+        throw new InvalidArgumentError('--state', `${path} is in use by another tenure follow (pid ${pid}, see ${lock})`);
+      }
+      try {
+        unlinkSync(lock); // its owner is gone
+      } catch {
+        // someone else removed it first
+      }
+    }
+  }
+  throw new InvalidArgumentError('--state', `${path} is in use by another tenure follow (${lock} keeps coming back)`);
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /** CMD's end of the pipe, as the follow sink uses it. */
 interface Pipe {
   deliver(entry: StreamEntry): Promise<void>;
@@ -133,9 +181,29 @@ export async function followCommand(argv: readonly string[], io: CliIO): Promise
   const pollMs = durationOption(values, 'poll', DEFAULT_POLL_MS, 1, 60_000);
   const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, 3_600_000);
   const target = storeTarget(stringOption(values, 'store'), io.env);
-  const start = readState(statePath);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
+  const unlock = lockState(statePath);
+  try {
+    return await follow({ io, stream, statePath, ack, pollMs, graceMs, target, command, commandArgs });
+  } finally {
+    unlock();
+  }
+}
 
+interface FollowRun {
+  readonly io: CliIO;
+  readonly stream: string;
+  readonly statePath: string;
+  readonly ack: boolean;
+  readonly pollMs: number;
+  readonly graceMs: number;
+  readonly target: ReturnType<typeof storeTarget>;
+  readonly command: string;
+  readonly commandArgs: readonly string[];
+}
+
+async function follow({ io, stream, statePath, ack, pollMs, graceMs, target, command, commandArgs }: FollowRun): Promise<number> {
+  const start = readState(statePath);
   const store = await openCliStore(target, ONE_SHOT_BUSY_TIMEOUT_MS);
   let child: ChildProcess | null = null;
   let received: TerminationSignal | null = null;

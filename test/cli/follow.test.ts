@@ -110,6 +110,28 @@ describe('tenure follow', () => {
     });
   });
 
+  it('one tenure follow per state file: a second one is refused while the first runs, and a dead one\'s lock is taken over', { timeout: 60_000 }, async () => {
+    const box = sandbox();
+    const { store, token } = await leader(box);
+    await store.appendFenced(token, 'feed', 'one');
+    const state = join(box.dir, 'feed.seq');
+    const out = join(box.dir, 'out.jsonl');
+    const args = ['follow', '--stream', 'feed', '--state', state, '--poll', '10ms', '--', ...consumer(out, false)];
+    const first = start(box, args);
+    await waitUntil('the first entry delivered', () => stateOf(state) === '1\n');
+    const second = await tenure(box, args);
+    expect(second.code).toBe(2);
+    expect(second.stderr).toMatch(new RegExp(`--state: .*feed.seq is in use by another tenure follow \\(pid ${first.pid}`));
+    first.signal('SIGKILL');
+    await first.exited;
+    await store.appendFenced(token, 'feed', 'two');
+    const third = start(box, args);
+    await waitUntil('the second entry delivered', () => stateOf(state) === '2\n');
+    third.signal('SIGTERM');
+    expect((await third.exited).code).toBe(143);
+    expect(jsonLines(out).map((e) => e.payload)).toEqual(['one', 'two']);
+  });
+
   it("stops when CMD exits and exits with CMD's code", { timeout: 30_000 }, async () => {
     const box = sandbox();
     const { store, token } = await leader(box);

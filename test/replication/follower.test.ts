@@ -10,7 +10,7 @@ import Database from 'better-sqlite3';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ApplyError, Follower, OffsetMismatchError, StaleTermError, StoreDataError, mysqlSink, postgresSink, sqliteSink } from '../../src/index.js';
+import { ApplyError, Follower, OffsetMismatchError, StaleTermError, StoreDataError, StoreUnavailableError, mysqlSink, postgresSink, sqliteSink } from '../../src/index.js';
 import type { FencingToken, FollowerSink, Store, StreamEntry } from '../../src/index.js';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
 import { backends } from '../contract/backends.js';
@@ -321,6 +321,55 @@ describe('bad entries', () => {
     expect(err).toBeInstanceOf(ApplyError);
     expect((err as ApplyError).seq).toBe(11);
     expect(sizes).toEqual([10, 10]);
+    expectExactly(await proj.rows(), 10);
+  });
+
+  it('stops on its AbortSignal and on async disposal, reports lag, and a store failure is retried from the saved offset', { timeout: 30_000 }, async () => {
+    const store = new SqliteStore({ path: join(tempDir(), 'log.db') });
+    cleanups.push(() => store.close());
+    const proj = await sqliteProjection();
+    const token = await lead(store, 'g', 'leader-1');
+    await appendMany(store, token, 's', 1, 5);
+    const ac = new AbortController();
+    const stopped: number[] = [];
+    const f = new Follower({ store, stream: 's', sink: proj.sink, apply: proj.apply, pollMs: 5, signal: ac.signal });
+    f.on('stopped', (x) => stopped.push(x.seq));
+    expect(f.lag().atLeast).toBe(true); // nothing read yet
+    const run = f.start();
+    while (f.applied < 5) await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(f.lag()).toEqual({ entries: 0, atLeast: false, behindMs: 0 });
+    ac.abort();
+    await run;
+    expect(stopped).toEqual([5]);
+
+    await appendMany(store, token, 's', 6, 3);
+    {
+      await using g = new Follower({ store, stream: 's', sink: proj.sink, apply: proj.apply, pollMs: 5 });
+      void g.start();
+      while (g.applied < 8) await new Promise((r) => setTimeout(r, 5));
+    }
+    expectExactly(await proj.rows(), 8);
+
+    // A store that fails (a read that throws StoreUnavailableError twice) is retried, not fatal.
+    let failing = 2;
+    const flaky: Store = Object.create(store, {
+      readStream: {
+        value: async (...a: Parameters<Store['readStream']>) => {
+          if (failing > 0) {
+            failing -= 1;
+            throw new StoreUnavailableError('store down for a moment');
+          }
+          return store.readStream(...a);
+        },
+      },
+    }) as Store;
+    await appendMany(store, token, 's', 9, 2);
+    const retries: number[] = [];
+    const h = new Follower({ store: flaky, stream: 's', sink: proj.sink, apply: proj.apply, pollMs: 5, retryMs: 5 });
+    h.on('retry', (r) => retries.push(r.attempt));
+    await followTo(h, 10);
+    expect(retries).toEqual([1, 2]);
     expectExactly(await proj.rows(), 10);
   });
 

@@ -6,13 +6,15 @@
  *
  * The contract at the pipe (docs/cli.md, "tenure follow"):
  * - default: an entry counts as delivered once its line has been written into the pipe (the write
- *   completed) while CMD is alive; then the state file is replaced atomically (write, fsync,
- *   rename). If tenure dies between the write and the rename, the entry is sent again on restart
- *   (at least once: CMD can drop a `seq` it has seen). If CMD dies with lines still unread in the
- *   pipe, those lines count as delivered: use --ack when CMD may die.
+ *   completed) while CMD is alive. The state file is replaced atomically (write, fsync, rename)
+ *   after each batch of --batch entries, and whenever tenure stops, with the last delivered seq.
+ *   If tenure is killed mid-batch, the batch's delivered entries are sent again on restart (at
+ *   least once: CMD can drop a `seq` it has seen; --batch 1 makes that at most one entry). If CMD
+ *   dies with lines still unread in the pipe, those lines count as delivered: use --ack when CMD
+ *   may die.
  * - --ack: CMD writes each entry's seq on its standard output, one line, when it is done with it;
- *   the state moves only then, one entry in flight. Nothing is lost when CMD dies; an entry CMD
- *   finished but did not acknowledge yet is sent again (CMD dedupes by seq for exactly once).
+ *   an entry counts as delivered only then, one entry in flight. Nothing is lost when CMD dies; an
+ *   entry CMD finished but tenure had not recorded is sent again (CMD dedupes by seq).
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -24,7 +26,7 @@ import { InvalidArgumentError, checkName } from '../core/index.js';
 import type { StreamEntry } from '../core/index.js';
 import { ApplyError, Follower, OffsetMismatchError } from '../replication/index.js';
 import type { FollowerSink } from '../replication/index.js';
-import { durationOption, flagOption, parseCommand, renderHelp, stringOption } from './args.js';
+import { durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
 import { signalExitCode } from './child.js';
 import type { CliIO } from './output.js';
@@ -35,21 +37,21 @@ import { STORE_OPTION, openCliStore, storeTarget } from './store.js';
 
 const DEFAULT_POLL_MS = 100;
 const DEFAULT_GRACE_MS = 5000;
-/** Entries read per page (and state-file checks per page). */
-const PAGE = 500;
+/** Entries per batch: read as one page, FILE written once after it. */
+const DEFAULT_BATCH = 100;
 
 export const followSpec: CommandSpec = {
   name: 'follow',
-  usage: 'follow --stream S --state FILE [--store URL] [--ack] [--poll D] [--grace D] -- CMD [ARGS…]',
+  usage: 'follow --stream S --state FILE [--store URL] [--ack] [--batch N] [--poll D] [--grace D] -- CMD [ARGS…]',
   summary: "Pipe each entry of stream S, once and in order, to CMD's standard input; FILE keeps the place.",
   description: [
     'Each entry is one JSON line {"seq":N,"lease":"L","term":T,"payload":"..."} on CMD\'s standard\n' +
       'input. FILE holds the seq of the last entry delivered (created when missing, replaced\n' +
-      'atomically after each entry); a restarted follow goes on after it.',
-    'Delivered means: the line was written into the pipe while CMD was alive. If tenure dies between\n' +
-      'that write and the update of FILE, that one entry is sent again (dedupe by seq). With --ack, CMD\n' +
-      'prints each seq on its standard output when done with it, and FILE moves only then: an entry CMD\n' +
-      'did not acknowledge is sent again after a restart, none is lost if CMD dies.',
+      'atomically after every --batch entries and when tenure stops); a restarted follow goes on after it.',
+    'Delivered means: the line was written into the pipe while CMD was alive. If tenure is killed\n' +
+      'before FILE caught up, those entries (at most --batch) are sent again: dedupe by seq. With --ack,\n' +
+      'CMD prints each seq on its standard output when done with it, and only that counts as delivered:\n' +
+      'none is lost if CMD dies.',
     'Stops when CMD exits (exit code: CMD\'s), or on SIGINT/SIGTERM (CMD\'s input is closed; it gets\n' +
       'SIGTERM after --grace, SIGKILL after another --grace). Exit codes: CMD\'s own when it exits by\n' +
       'itself; 130/143 after SIGINT/SIGTERM; 2 bad usage, or FILE not a seq of stream S (beyond its\n' +
@@ -60,6 +62,7 @@ export const followSpec: CommandSpec = {
     state: { type: 'string', value: 'FILE', help: 'file holding the last delivered seq' },
     store: STORE_OPTION,
     ack: { type: 'boolean', help: 'wait for CMD to print each seq before recording it' },
+    batch: { type: 'string', value: 'N', help: `entries between two updates of FILE, 1..10000 (default ${DEFAULT_BATCH})` },
     poll: { type: 'string', value: 'D', help: `wait between reads when caught up (default ${DEFAULT_POLL_MS}ms)` },
     grace: { type: 'string', value: 'D', help: `time CMD gets to exit after its input closes (default ${DEFAULT_GRACE_MS / 1000}s)` },
   },
@@ -179,12 +182,13 @@ export async function followCommand(argv: readonly string[], io: CliIO): Promise
   const statePath = resolve(stringOption(values, 'state') ?? '');
   const ack = flagOption(values, 'ack');
   const pollMs = durationOption(values, 'poll', DEFAULT_POLL_MS, 1, 60_000);
+  const batchSize = integerOption(values, 'batch', DEFAULT_BATCH, 1, 10_000);
   const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, 3_600_000);
   const target = storeTarget(stringOption(values, 'store'), io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
   const unlock = lockState(statePath);
   try {
-    return await follow({ io, stream, statePath, ack, pollMs, graceMs, target, command, commandArgs });
+    return await follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, target, command, commandArgs });
   } finally {
     unlock();
   }
@@ -195,6 +199,7 @@ interface FollowRun {
   readonly stream: string;
   readonly statePath: string;
   readonly ack: boolean;
+  readonly batchSize: number;
   readonly pollMs: number;
   readonly graceMs: number;
   readonly target: ReturnType<typeof storeTarget>;
@@ -202,7 +207,7 @@ interface FollowRun {
   readonly commandArgs: readonly string[];
 }
 
-async function follow({ io, stream, statePath, ack, pollMs, graceMs, target, command, commandArgs }: FollowRun): Promise<number> {
+async function follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, target, command, commandArgs }: FollowRun): Promise<number> {
   const start = readState(statePath);
   const store = await openCliStore(target, ONE_SHOT_BUSY_TIMEOUT_MS);
   let child: ChildProcess | null = null;
@@ -252,21 +257,32 @@ async function follow({ io, stream, statePath, ack, pollMs, graceMs, target, com
             throw new InvalidArgumentError('CMD', `acknowledged ${JSON.stringify(next.value.slice(0, 40))}, expected the seq ${entry.seq} (with --ack, CMD prints each entry's seq when done with it)`);
           }
         }
-        if (gone || proc.exitCode !== null || proc.signalCode !== null) throw new ChildGone();
-        writeState(statePath, entry.seq);
+        // Acknowledged is done, whatever CMD does next; unacknowledged, delivered means written while CMD lives.
+        if (!acks && (gone || proc.exitCode !== null || proc.signalCode !== null)) throw new ChildGone();
+        delivered = entry.seq;
       },
     };
+    let delivered = start;
     let offset = start;
+    // FILE moves once per batch (fsync twice: file and directory), and on every stop with what
+    // was delivered so far; only a kill -9 of tenure mid-batch leaves it behind (at most a batch).
     const sink: FollowerSink<Pipe> = {
       kind: 'pipe',
       load: async () => offset,
       commit: async (_name, from, to, work) => {
         if (readState(statePath) !== from) throw new OffsetMismatchError(stream, from, `${statePath} changed under this follow (another tenure follow with the same --state?)`);
-        await work(pipe);
-        offset = to;
+        try {
+          await work(pipe);
+        } finally {
+          if (delivered > offset) {
+            writeState(statePath, delivered);
+            offset = delivered;
+          }
+        }
+        if (offset !== to) throw new Error(`internal: delivered ${offset}, expected ${to}`);
       },
     };
-    follower = new Follower({ store, stream, sink, apply: (entry, p) => p.deliver(entry), batchSize: PAGE, pollMs, maxRetries: 20 });
+    follower = new Follower({ store, stream, sink, apply: (entry, p) => p.deliver(entry), batchSize, pollMs, maxRetries: 20 });
     if (received || gone) void follower.stop();
     let failure: unknown = null;
     await follower.start().catch((err: unknown) => {

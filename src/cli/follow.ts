@@ -213,10 +213,18 @@ async function follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, 
   let child: ChildProcess | null = null;
   let received: TerminationSignal | null = null;
   let follower: Follower<Pipe> | null = null;
+  let stuckTimer: NodeJS.Timeout | undefined;
   const removeHandlers = onTermination({
     stop: (sig) => {
       received = sig;
       void follower?.stop();
+      // A CMD that stopped reading blocks the write in flight (the pipe is full), and with it the
+      // stop: after --grace it gets SIGTERM, and the failed write ends the batch (what it had
+      // read stays recorded as delivered).
+      stuckTimer = setTimeout(() => {
+        if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      }, graceMs);
+      stuckTimer.unref();
     },
     hurry: () => {
       if (child && child.exitCode === null) child.kill('SIGKILL');
@@ -300,6 +308,7 @@ async function follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, 
     }
     return received ? signalExitCode(received) : exit.code;
   } finally {
+    clearTimeout(stuckTimer);
     removeHandlers();
     await store.close();
   }

@@ -142,6 +142,21 @@ describe('tenure follow', () => {
     expect(jsonLines(out).map((e) => e.payload)).toEqual(['one', 'two']);
   });
 
+  it('a CMD that stops reading does not keep tenure from stopping: SIGTERM reaches it after --grace', { timeout: 60_000 }, async () => {
+    const box = sandbox();
+    const { store, token } = await leader(box);
+    for (let i = 0; i < 300; i++) await store.appendFenced(token, 'feed', 'x'.repeat(1000)); // more than a pipe holds
+    const state = join(box.dir, 'feed.seq');
+    const p = start(box, ['follow', '--stream', 'feed', '--state', state, '--grace', '500ms', '--', 'sleep', '60']);
+    await sleep(1500); // start, read, fill the pipe
+    const t0 = Date.now();
+    p.signal('SIGTERM');
+    expect((await p.exited).code).toBe(143);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    const delivered = Number(stateOf(state) || '0');
+    expect(delivered).toBeLessThan(300); // what went into the pipe, not more
+  });
+
   it("stops when CMD exits and exits with CMD's code", { timeout: 30_000 }, async () => {
     const box = sandbox();
     const { store, token } = await leader(box);

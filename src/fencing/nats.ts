@@ -112,7 +112,7 @@ export interface FencedJetStreamOptions {
  * stale term, no token, a malformed one). When the apply or the ledger fails, nothing was
  * committed: the message is nak'ed (redelivered later) and the error is rethrown.
  */
-export async function handleJetStreamMessage<Tx>(consumer: FencedConsumer<Tx, JetStreamMessage>, msg: JetStreamMessage, options: FencedJetStreamOptions = {}): Promise<MessageVerdict> {
+export async function handleJetStreamMessage<Tx, M extends JetStreamMessage>(consumer: FencedConsumer<Tx, M>, msg: M, options: FencedJetStreamOptions = {}): Promise<MessageVerdict> {
   let verdict: MessageVerdict;
   try {
     verdict = await consumer.handle(msg, { token: header(msg.headers, FENCING_TOKEN_HEADER), position: msg.seq });
@@ -131,7 +131,7 @@ export async function handleJetStreamMessage<Tx>(consumer: FencedConsumer<Tx, Je
  * through `consumer`, one at a time, until the iterator ends or `signal` aborts. An apply that
  * throws stops the loop (its message nak'ed) with that error.
  */
-export async function consumeFencedJetStream<Tx>(messages: AsyncIterable<JetStreamMessage>, consumer: FencedConsumer<Tx, JetStreamMessage>, options: FencedJetStreamOptions & { readonly signal?: AbortSignal } = {}): Promise<void> {
+export async function consumeFencedJetStream<Tx, M extends JetStreamMessage>(messages: AsyncIterable<M>, consumer: FencedConsumer<Tx, M>, options: FencedJetStreamOptions & { readonly signal?: AbortSignal } = {}): Promise<void> {
   for await (const msg of messages) {
     if (options.signal?.aborted) {
       msg.nak();
@@ -145,6 +145,6 @@ export async function consumeFencedJetStream<Tx>(messages: AsyncIterable<JetStre
  * Decide and apply one core NATS message (no acknowledgement, no redelivery); its position is the
  * publisher's Fencing-Seq. Rejects when the apply failed.
  */
-export function handleNatsMessage<Tx>(consumer: FencedConsumer<Tx, NatsMessage>, msg: NatsMessage): Promise<MessageVerdict> {
+export function handleNatsMessage<Tx, M extends NatsMessage>(consumer: FencedConsumer<Tx, M>, msg: M): Promise<MessageVerdict> {
   return consumer.handle(msg, { token: header(msg.headers, FENCING_TOKEN_HEADER), position: header(msg.headers, FENCING_SEQ_HEADER) });
 }

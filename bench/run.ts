@@ -17,6 +17,7 @@ import { join, relative } from 'node:path';
 import { repoRoot } from '../test/fixtures/harness.js';
 import { electionBenchmark } from './election.js';
 import { etcdBenchmarks } from './etcd.js';
+import { fencedNatsBenchmark } from './fenced-nats.js';
 import { environment, finish, markdown, textTable, timestamp, writeJson } from './lib/report.js';
 import { freshMysql, freshPostgres, freshRedis, stopServers } from './lib/servers.js';
 import type { BenchResult, Benchmark } from './lib/types.js';
@@ -50,6 +51,8 @@ const BENCHMARKS: readonly Benchmark[] = [
   ...etcdBenchmarks,
   // Issue 10: the Raft core alone.
   raftBenchmark(),
+  // Issue 22: fenced NATS publish + consume vs plain.
+  fencedNatsBenchmark(),
 ];
 
 interface Args {

@@ -5,12 +5,14 @@
  *
  *  - plain: `js.publish` of each message (awaiting its PubAck), and a pull consumer that INSERTs
  *    each message into a table (autocommit) and then acks it: the same write, unfenced.
+ *  - plain-tx: the same, the INSERT inside BEGIN … COMMIT (what an apply of more than one statement
+ *    needs anyway): the round trips of a transaction, without the fence.
  *  - fenced: `publishFencedJetStream` (the token from the context, in the headers), and a
  *    FencedConsumer that, in one transaction, locks its ledger row, checks the term and the stream
  *    sequence, INSERTs the message into a table, advances the ledger, commits, then acks.
  *
- * Each round publishes N messages through one variant, then N through the other (the order
- * reversed every other round), each timed from the first publish to the last message applied
+ * Each round publishes N messages through each variant in turn (the order reversed every other
+ * round), each timed from the first publish to the last message applied
  * (its consumer runs all along, so consuming overlaps publishing); one throughput ratio per round.
  */
 import { AckPolicy, connect } from 'nats';
@@ -60,7 +62,8 @@ export function fencedNatsBenchmark(): Benchmark {
   const name = 'fenced-nats';
   const description =
     `On NATS JetStream with a PostgreSQL apply: fenced publish (the token in the headers) + fenced consume (ledger row locked, term and stream sequence checked, ` +
-    `the message INSERTed and the ledger advanced in one transaction, acked after the commit) vs plain publish + plain consume (INSERT autocommit, then ack), ` +
+    `the message INSERTed and the ledger advanced in one transaction, acked after the commit) vs plain publish + plain consume (INSERT autocommit, then ack) ` +
+    `and vs plain with the INSERT in a transaction (BEGIN, INSERT, COMMIT, then ack), ` +
     `${ROUNDS} rounds of ${PER_ROUND} messages per variant, in turn; each timed from the first publish to the last message applied.`;
   return {
     name,
@@ -80,12 +83,13 @@ export function fencedNatsBenchmark(): Benchmark {
       const stops: (() => Promise<unknown>)[] = [];
       try {
         await pool.query('CREATE TABLE plain_applied (id bigserial PRIMARY KEY, payload text NOT NULL)');
+        await pool.query('CREATE TABLE tx_applied (id bigserial PRIMARY KEY, payload text NOT NULL)');
         await pool.query('CREATE TABLE fenced_applied (id bigserial PRIMARY KEY, payload text NOT NULL)');
         const ledger = fencing.sqlMessageLedger(fencing.postgresDialect, pool);
         await ledger.createTable();
         await jsm.streams.add({ name: stream, subjects: [`${stream}.>`] });
         stops.push(() => jsm.streams.delete(stream));
-        for (const v of ['plain', 'fenced']) {
+        for (const v of ['plain', 'tx', 'fenced']) {
           await jsm.consumers.add(stream, { durable_name: v, filter_subject: `${stream}.${v}`, ack_policy: AckPolicy.Explicit, ack_wait: 30_000_000_000 });
         }
 
@@ -97,6 +101,24 @@ export function fencedNatsBenchmark(): Benchmark {
             await pool.query('INSERT INTO plain_applied (payload) VALUES ($1)', [m.string()]);
             m.ack();
             plainDone.bump();
+          }
+        })();
+
+        const txDone = new Counter();
+        const txMessages = await (await js.consumers.get(stream, 'tx')).consume({ max_messages: 256 });
+        stops.push(() => txMessages.close());
+        void (async () => {
+          for await (const m of txMessages) {
+            const c = await pool.connect();
+            try {
+              await c.query('BEGIN');
+              await c.query('INSERT INTO tx_applied (payload) VALUES ($1)', [m.string()]);
+              await c.query('COMMIT');
+            } finally {
+              c.release();
+            }
+            m.ack();
+            txDone.bump();
           }
         })();
 
@@ -127,6 +149,12 @@ export function fencedNatsBenchmark(): Benchmark {
           for (let i = 0; i < count; i++) await js.publish(`${stream}.plain`, payload(plainN++));
           await plainDone.reach(target);
         };
+        let txN = 0;
+        const txRound = async (count: number): Promise<void> => {
+          const target = txDone.n + count;
+          for (let i = 0; i < count; i++) await js.publish(`${stream}.tx`, payload(txN++));
+          await txDone.reach(target);
+        };
         const fencedRound = (count: number): Promise<void> =>
           fencing.runFenced({ token }, async () => {
             const target = fencedDone.n + count;
@@ -134,13 +162,16 @@ export function fencedNatsBenchmark(): Benchmark {
             await fencedDone.reach(target);
           });
         await plainRound(WARMUP);
+        await txRound(WARMUP);
         await fencedRound(WARMUP);
 
         const variants = [
           { id: 'plain', round: plainRound, rate: [] as number[] },
+          { id: 'tx', round: txRound, rate: [] as number[] },
           { id: 'fenced', round: fencedRound, rate: [] as number[] },
         ];
         const ratios: number[] = [];
+        const txRatios: number[] = [];
         for (let r = 0; r < ROUNDS; r++) {
           const rate = new Map<string, number>();
           for (const v of r % 2 === 0 ? variants : [...variants].reverse()) {
@@ -151,13 +182,14 @@ export function fencedNatsBenchmark(): Benchmark {
             rate.set(v.id, ops);
           }
           ratios.push(rate.get('fenced')! / rate.get('plain')!);
+          txRatios.push(rate.get('fenced')! / rate.get('tx')!);
         }
         options.log(`${name}: ${ROUNDS} rounds done`);
-        const [plainV, fencedV] = variants as [(typeof variants)[0], (typeof variants)[0]];
+        const [plainV, txV, fencedV] = variants as [(typeof variants)[0], (typeof variants)[0], (typeof variants)[0]];
         const count = async (table: string): Promise<number> => Number((await pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${table}`)).rows[0]!.n);
         const notes = [
-          `applied rows: plain ${await count('plain_applied')}, fenced ${await count('fenced_applied')} (each ${WARMUP + ROUNDS * PER_ROUND} published); fenced consumer verdicts ${JSON.stringify(consumer.counts)}`,
-          'statements per fenced message: BEGIN, SELECT … FOR UPDATE (ledger), the INSERT, UPDATE (ledger), COMMIT; plain: the INSERT alone (one commit each)',
+          `applied rows: plain ${await count('plain_applied')}, plain-tx ${await count('tx_applied')}, fenced ${await count('fenced_applied')} (each ${WARMUP + ROUNDS * PER_ROUND} published); fenced consumer verdicts ${JSON.stringify(consumer.counts)}`,
+          'round trips to PostgreSQL per message: fenced 3 (BEGIN + the ledger SELECT … FOR UPDATE; the INSERT; the ledger UPDATE + COMMIT), plain-tx 3 (BEGIN; the INSERT; COMMIT), plain 1 (the INSERT, autocommit); one commit each',
         ];
         return {
           name,
@@ -166,8 +198,10 @@ export function fencedNatsBenchmark(): Benchmark {
           params: { rounds: ROUNDS, perRound: PER_ROUND, warmup: WARMUP },
           metrics: [
             metric('plain-rate', 'plain publish + consume: messages per second, first publish to last applied (samples: rounds)', plainV.rate, undefined, 'ops/s'),
+            metric('plain-tx-rate', 'plain publish + consume with the INSERT in BEGIN … COMMIT: messages per second (samples: rounds)', txV.rate, undefined, 'ops/s'),
             metric('fenced-rate', 'fenced publish + consume: messages per second, first publish to last applied (samples: rounds)', fencedV.rate, undefined, 'ops/s'),
             metric('fenced/plain', 'fenced throughput / plain throughput, in the same round', ratios, { stat: 'p50', min: 0.85, label: '0.85x' }, 'x'),
+            metric('fenced/plain-tx', 'fenced throughput / plain-tx throughput, in the same round: the cost of the fence over a transactional apply', txRatios, undefined, 'x'),
           ],
           notes,
           durationMs: msBetween(started, nowNs()),

@@ -59,6 +59,9 @@ describe('fenced message metadata', () => {
 
 interface LedgerHarness {
   ledger: MessageLedger<unknown>;
+  /** A ledger that checks terms against the table `leases` (name, term) of the same database. */
+  leasesLedger: MessageLedger<unknown>;
+  exec(sql: string): Promise<void>;
   /** Insert into the application's table through the transaction's connection. */
   insert(tx: unknown, payload: string): Promise<void>;
   applied(): Promise<string[]>;
@@ -75,6 +78,8 @@ const dialects: Record<string, () => Promise<LedgerHarness>> = {
     await ledger.createTable();
     return {
       ledger: ledger as MessageLedger<unknown>,
+      leasesLedger: sqlMessageLedger(postgresDialect, pool, { table: 'fences_checked', leaseTable: 'leases' }) as MessageLedger<unknown>,
+      exec: async (sql) => void (await pool.query(sql)),
       insert: async (tx, payload) => void (await (tx as pg.PoolClient).query('INSERT INTO applied (payload) VALUES ($1)', [payload])),
       applied: async () => (await pool.query<{ payload: string }>('SELECT payload FROM applied ORDER BY id')).rows.map((r) => r.payload),
       close: async () => {
@@ -91,6 +96,8 @@ const dialects: Record<string, () => Promise<LedgerHarness>> = {
     await ledger.createTable();
     return {
       ledger: ledger as MessageLedger<unknown>,
+      leasesLedger: sqlMessageLedger(mysqlDialect, pool, { table: 'fences_checked', leaseTable: 'leases' }) as MessageLedger<unknown>,
+      exec: async (sql) => void (await pool.query(sql)),
       insert: async (tx, payload) => void (await (tx as mysql.PoolConnection).execute('INSERT INTO applied (payload) VALUES (?)', [payload])),
       applied: async () => ((await pool.query('SELECT payload FROM applied ORDER BY id'))[0] as { payload: string }[]).map((r) => r.payload),
       close: async () => {
@@ -107,6 +114,8 @@ const dialects: Record<string, () => Promise<LedgerHarness>> = {
     await ledger.createTable();
     return {
       ledger: ledger as MessageLedger<unknown>,
+      leasesLedger: sqlMessageLedger(sqliteDialect, db, { table: 'fences_checked', leaseTable: 'leases' }) as MessageLedger<unknown>,
+      exec: async (sql) => void db.exec(sql),
       insert: async (tx, payload) => void (tx as Database.Database).prepare('INSERT INTO applied (payload) VALUES (?)').run(payload),
       applied: async () => (db.prepare('SELECT payload FROM applied ORDER BY id').all() as { payload: string }[]).map((r) => r.payload),
       close: async () => {
@@ -155,6 +164,23 @@ describe.each(Object.keys(dialects))('message ledger on %s', (name) => {
       expect((await consumer.handle('d', at(4, 2))).outcome).toBe('applied');
       expect(await h.applied()).toEqual(['a', 'b', 'c', 'd']);
       expect(consumer.counts).toEqual({ applied: 4, duplicate: 1, stale: 1, invalid: 1 });
+    } finally {
+      await h.close();
+    }
+  });
+});
+
+describe.each(Object.keys(dialects))('message ledger with the lease table on %s', (name) => {
+  it('a term the lease store never issued is refused, so a forged term cannot poison the ledger', async () => {
+    const h = await dialects[name]!();
+    try {
+      await h.exec('CREATE TABLE leases (name VARCHAR(200) PRIMARY KEY, term BIGINT NOT NULL)');
+      await h.exec("INSERT INTO leases (name, term) VALUES ('orders', 3)");
+      await (h.leasesLedger as unknown as { createTable(): Promise<void> }).createTable();
+      const consumer = new FencedConsumer<unknown, string>({ group: 'orders', consumer: 'p', ledger: h.leasesLedger, apply: (tx, payload) => h.insert(tx, payload) });
+      expect(await consumer.handle('forged', { token: 'orders#1000', position: '1' })).toMatchObject({ outcome: 'invalid', reason: /term 1000 was never issued for group orders \(latest 3\)/ });
+      expect((await consumer.handle('real', { token: 'orders#3', position: '1' })).outcome).toBe('applied');
+      expect(await h.applied()).toEqual(['real']);
     } finally {
       await h.close();
     }

@@ -26,6 +26,7 @@ export {
   settles,
   FencedConsumer,
   sqlMessageLedger,
+  memoryMessageLedger,
   type MessageFence,
   type FencedPublishOptions,
   type MessageMark,

@@ -294,6 +294,24 @@ export class FencedConsumer<Tx, M = unknown> {
   }
 }
 
+/**
+ * A ledger in this process's memory, for applications whose applied state lives in the same
+ * memory (tests, demos, an in-memory projection rebuilt from the stream at start): it is lost
+ * with the process, exactly as that state is. Nothing is rolled back when the apply throws
+ * halfway: only the mark is not advanced. Durable state needs `sqlMessageLedger`.
+ */
+export function memoryMessageLedger(): MessageLedger<null> {
+  const marks = new Map<string, MessageMark>();
+  return {
+    async run<T>(consumer: string, group: string, step: (tx: null, mark: MessageMark | null) => Promise<LedgerStep<T>>): Promise<T> {
+      const key = JSON.stringify([checkName('consumer', consumer), checkName('group', group)]);
+      const { value, advance } = await step(null, marks.get(key) ?? null);
+      if (advance) marks.set(key, { term: advance.term, position: advance.position });
+      return value;
+    },
+  };
+}
+
 // ---- The SQL ledger: one small table on the application's own database -------------------------
 
 export interface SqlMessageLedgerOptions {

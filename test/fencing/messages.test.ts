@@ -21,6 +21,7 @@ import {
   readMessageFence,
   runFenced,
   sqlMessageLedger,
+  memoryMessageLedger,
   sqliteDialect,
 } from '../../src/fencing/index.js';
 import type { MessageLedger } from '../../src/fencing/index.js';
@@ -184,5 +185,31 @@ describe.each(Object.keys(dialects))('message ledger with the lease table on %s'
     } finally {
       await h.close();
     }
+  });
+});
+
+describe('memory message ledger', () => {
+  it('applies once, drops a lower term and a redelivery, and does not advance when the apply throws', async () => {
+    const applied: string[] = [];
+    let fail = false;
+    const consumer = new FencedConsumer<null, string>({
+      group: 'demo',
+      consumer: 'view',
+      ledger: memoryMessageLedger(),
+      apply: async (_tx, payload) => {
+        if (fail) throw new Error('apply failed');
+        applied.push(payload);
+      },
+    });
+    const at = (term: number, position: number) => ({ token: `demo#${term}`, position });
+    expect((await consumer.handle('a', at(1, 1))).outcome).toBe('applied');
+    expect((await consumer.handle('a', at(1, 1))).outcome).toBe('duplicate');
+    expect((await consumer.handle('b', at(2, 5))).outcome).toBe('applied');
+    expect((await consumer.handle('zombie', at(1, 2))).outcome).toBe('stale');
+    fail = true;
+    await expect(consumer.handle('c', at(2, 6))).rejects.toThrow(/apply failed/);
+    fail = false;
+    expect((await consumer.handle('c', at(2, 6))).outcome).toBe('applied');
+    expect(applied).toEqual(['a', 'b', 'c']);
   });
 });

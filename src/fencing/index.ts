@@ -25,6 +25,7 @@ export {
   readMessageFence,
   settles,
   FencedConsumer,
+  ConsumerHaltedError,
   sqlMessageLedger,
   memoryMessageLedger,
   type MessageFence,

@@ -14,6 +14,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, NoTokenError, makeToken, onFencedRejection } from '../../src/core/index.js';
 import type { FencedRejection } from '../../src/core/index.js';
 import {
+  ConsumerHaltedError,
   FencedConsumer,
   mysqlDialect,
   nextMessageFence,
@@ -161,10 +162,14 @@ describe.each(Object.keys(dialects))('message ledger on %s', (name) => {
       failNext = true;
       await expect(consumer.handle('d', at(4, 2))).rejects.toThrow(/apply failed/);
       failNext = false;
+      // A later message waits for the failed one: applied first, it would make the failed one look applied.
+      await expect(consumer.handle('e', at(4, 3))).rejects.toThrow(ConsumerHaltedError);
+      await expect(consumer.handle('e', at(4, 3))).rejects.toThrow(/position 2 of .*#4 failed to apply \(apply failed after its insert\); later messages wait/);
       // The failed apply's insert and its mark were rolled back together: the message is new again.
       expect((await consumer.handle('d', at(4, 2))).outcome).toBe('applied');
-      expect(await h.applied()).toEqual(['a', 'b', 'c', 'd']);
-      expect(consumer.counts).toEqual({ applied: 4, duplicate: 1, stale: 1, invalid: 1 });
+      expect((await consumer.handle('e', at(4, 3))).outcome).toBe('applied');
+      expect(await h.applied()).toEqual(['a', 'b', 'c', 'd', 'e']);
+      expect(consumer.counts).toEqual({ applied: 5, duplicate: 1, stale: 1, invalid: 1 });
     } finally {
       await h.close();
     }
@@ -209,7 +214,9 @@ describe('memory message ledger', () => {
     fail = true;
     await expect(consumer.handle('c', at(2, 6))).rejects.toThrow(/apply failed/);
     fail = false;
-    expect((await consumer.handle('c', at(2, 6))).outcome).toBe('applied');
-    expect(applied).toEqual(['a', 'b', 'c']);
+    await expect(consumer.handle('d', at(2, 7))).rejects.toThrow(ConsumerHaltedError);
+    consumer.resume(); // 'c' will not come back: handle what follows
+    expect((await consumer.handle('d', at(2, 7))).outcome).toBe('applied');
+    expect(applied).toEqual(['a', 'b', 'd']);
   });
 });

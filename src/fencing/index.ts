@@ -40,7 +40,7 @@ export {
   type SqlMessageLedger,
   type SqlMessageLedgerOptions,
 } from './messages.js';
-export { publishFencedNats, publishFencedJetStream, handleJetStreamMessage, consumeFencedJetStream, handleNatsMessage } from './nats.js';
+export { FENCED_JETSTREAM_CONSUMER, publishFencedNats, publishFencedJetStream, handleJetStreamMessage, consumeFencedJetStream, handleNatsMessage } from './nats.js';
 export type { NatsHeaders, NatsPublisher, JetStreamPublisher, NatsMessage, JetStreamMessage, FencedNatsPublishOptions } from './nats.js';
 export { publishFencedAmqp, handleAmqpMessage } from './amqp.js';
 export type { AmqpChannel, AmqpMessage, AmqpConsumerChannel, AmqpPublishOptions, FencedAmqpPublishOptions } from './amqp.js';

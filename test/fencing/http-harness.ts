@@ -24,6 +24,8 @@ import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-serve
 /** One dialect on a fresh database: the lease store, transactions, the app's tables. */
 export interface Db<Tx> {
   readonly name: string;
+  /** The database as a tenure store URL (for child processes). */
+  readonly storeUrl: string;
   readonly dialect: SqlDialect<Tx>;
   readonly store: Store;
   /** A statement outside any transaction (setup, reads). */
@@ -51,6 +53,7 @@ export const databases: Record<string, () => Promise<AnyDb>> = {
     await store.list();
     const h: Db<PgQueryable> = {
       name: 'postgres',
+      storeUrl: db.url,
       dialect: postgresDialect,
       store,
       pool,
@@ -87,6 +90,7 @@ export const databases: Record<string, () => Promise<AnyDb>> = {
     await store.list();
     const h: Db<MysqlExecutor> = {
       name: 'mysql',
+      storeUrl: db.url,
       dialect: mysqlDialect,
       store,
       pool,
@@ -125,6 +129,7 @@ export const databases: Record<string, () => Promise<AnyDb>> = {
     conn.pragma('busy_timeout = 5000');
     const h: Db<SqliteDatabase> = {
       name: 'sqlite',
+      storeUrl: `sqlite:${path}`,
       dialect: sqliteDialect,
       store,
       pool: conn,

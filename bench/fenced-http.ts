@@ -5,7 +5,8 @@
  * One service process (bench/fixtures/http-service.ts) runs two node:http servers, each on a pg
  * pool of its own, each doing the same write per request: BEGIN; UPDATE items SET value, term
  * WHERE id; COMMIT on one of 100 rows picked at random. The fenced one also parses the
- * Fencing-Token header and runs the guard's check-and-record in that transaction. autocannon,
+ * Fencing-Token header and runs the guard's check-and-record in that transaction, begun by
+ * `guard.begin` (BEGIN and the check in one round trip). autocannon,
  * in this process, drives each server in turn for a few seconds (the order reversed every other
  * round, so that a change in the machine's load hits both alike); each round gives one ratio.
  *
@@ -26,7 +27,7 @@ const GROUP = 'bench-http';
 const ROWS = 100;
 const CONNECTIONS = 10;
 const POOL = 10;
-const SECONDS = 3;
+const SECONDS = 2;
 const WARMUP_SECONDS = 2;
 
 const tsxLoader = (): string => pathToFileURL(join(repoRoot(), 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
@@ -90,7 +91,7 @@ export function fencedHttpBenchmark(): Benchmark {
         };
         // Warm both (JIT, pools, the fence row recorded).
         for (const v of Object.values(variants)) await load(v.url, v.headers, WARMUP_SECONDS);
-        const rounds = Math.max(2, Math.min(options.cycles, 8));
+        const rounds = Math.max(2, Math.min(options.cycles, 16));
         const rate = { plain: [] as number[], fenced: [] as number[] };
         const p50 = { plain: [] as number[], fenced: [] as number[] };
         const ratios: number[] = [];

@@ -19,7 +19,7 @@ import { InvalidArgumentError, StaleTermError, checkName, checkSqlIdentifier, ch
 import type { FencingToken } from '../core/index.js';
 import { refuse } from './context.js';
 import type { SqlDialect } from './dialects.js';
-import { checkRowValues, checkSetColumns, termOf } from './rows.js';
+import { checkRowValues, checkSetColumns, checkTermCheck, termOf } from './rows.js';
 import type { CheckedRowValue, RowValue } from './rows.js';
 
 /** The fencing columns and the table holding issued terms, as fencedUpdate takes them. */
@@ -34,6 +34,13 @@ export interface FenceColumns {
    * `null` when the terms live elsewhere (an unissued term is then not detected).
    */
   readonly leaseTable?: string | null;
+  /**
+   * How the token's term is checked against `leaseTable`: `issued` (default) accepts any term up to
+   * the latest issued; `current` only the latest, so a deposed leader's term is refused at once,
+   * even on a row its successor has not written yet. Use `current` with an epoch table in the
+   * same database (each takeover bumps it before writing).
+   */
+  readonly termCheck?: 'issued' | 'current';
 }
 
 /** The statement pieces every command shares, checked once. */
@@ -46,6 +53,7 @@ interface Prepared<Db> {
   readonly leaseColumnName: string | null;
   readonly leaseTable: string | null;
   readonly leaseTableName: string | null;
+  readonly current: boolean;
   ident(field: string, value: string): string;
 }
 
@@ -76,6 +84,7 @@ function prepare<Db>(d: SqlDialect<Db>, table: unknown, columns: FenceColumns): 
     leaseColumnName,
     leaseTable: leaseTableName === null ? null : tableOf(d, 'leaseTable', leaseTableName),
     leaseTableName,
+    current: checkTermCheck(columns.termCheck, leaseTableName) === 'current',
     ident,
   };
 }
@@ -99,10 +108,10 @@ class Params<Db> {
   }
 }
 
-/** `term <= (the latest issued term of the token's lease)`, or null when not checked. */
+/** `term <= (the latest issued term of the token's lease)` (`=` for termCheck current), or null when not checked. */
 function issuedCheck<Db>(p: Prepared<Db>, params: Params<Db>, token: FencingToken): string | null {
   if (!p.leaseTable) return null;
-  return `${params.term(token.term)} <= (SELECT l.term FROM ${p.leaseTable} AS l WHERE l.name = ${params.lease(token.lease)})`;
+  return `${params.term(token.term)} ${p.current ? '=' : '<='} (SELECT l.term FROM ${p.leaseTable} AS l WHERE l.name = ${params.lease(token.lease)})`;
 }
 
 /** The latest term issued for the token's lease (0 when none), for the explanation of a refusal. */
@@ -191,7 +200,9 @@ export async function fencedInsert<Db>(dialect: SqlDialect<Db>, db: Db, token: F
   const sql = `INSERT INTO ${p.table} (${columns.join(', ')}) SELECT ${selected.join(', ')}${from}${issued ? ` WHERE ${issued}` : ''}`;
   const inserted = await explained(p, () => dialect.update(db, sql, params.values));
   if (inserted > 0) return { inserted };
-  throw neverIssued(token, (await issuedTerm(p, db, token)) ?? 0);
+  const latest = (await issuedTerm(p, db, token)) ?? 0;
+  if (p.current && latest > token.term) throw refuse(new StaleTermError(token.lease, token.term, latest), 'sql', 'guard');
+  throw neverIssued(token, latest);
 }
 
 // ---- fencedCompareAndSet ---------------------------------------------------------------------
@@ -273,6 +284,7 @@ export async function fencedCompareAndSet<Db>(dialect: SqlDialect<Db>, db: Db, t
   if (last > token.term) throw refuse(new StaleTermError(token.lease, token.term, last), 'sql', 'guard');
   const latest = await issuedTerm(p, db, token);
   if (latest !== undefined && token.term > latest) throw neverIssued(token, latest);
+  if (latest !== undefined && p.current && latest > token.term) throw refuse(new StaleTermError(token.lease, token.term, latest), 'sql', 'guard');
   // The version moved (a version only grows: the UPDATE saw another one than `expected`).
   return { outcome: 'conflict', version: termOf(rows[0]?.version) ?? 0 };
 }

@@ -124,6 +124,33 @@ describe.each(Object.keys(harnesses))('database commands: %s', (name) => {
     expect(await h.rows('SELECT body, version, last_fence_token FROM docs')).toEqual([{ body: 'v3', version: 3, last_fence_token: 3 }]);
   });
 
+  it("termCheck 'current': once a newer epoch is bumped, the older one is refused everywhere, even on rows the newer one has not written", async () => {
+    await h.exec(`CREATE TABLE strict (id ${h.types.int} PRIMARY KEY, v ${h.types.text}, version ${h.types.int} NOT NULL DEFAULT 0, ${fenceCols()})`);
+    await h.exec("INSERT INTO strict (id, v) VALUES (1, 'untouched'), (2, 'untouched')");
+    const [t1, t2] = await bumpTo('strict', 2);
+    const S = { leaseTable: 'tenure_epochs', termCheck: 'current' } as const;
+    // 'issued' (the default) lets the deposed epoch 1 write a row epoch 2 has not written yet…
+    expect(await fencedUpdate(h.dialect, h.db, t1!, { table: 'strict', set: { v: 'by 1' }, where: { id: 2 }, ...E })).toEqual({ updated: 1 });
+    // …'current' does not, on any command.
+    const before = await rejections('epoch:strict');
+    const refusals = await Promise.all([
+      fencedUpdate(h.dialect, h.db, t1!, { table: 'strict', set: { v: 'zombie' }, where: { id: 1 }, ...S }).catch((e: unknown) => e),
+      fencedCompareAndSet(h.dialect, h.db, t1!, { table: 'strict', set: { v: 'zombie' }, where: { id: 1 }, expectedVersion: 0, ...S }).catch((e: unknown) => e),
+      fencedInsert(h.dialect, h.db, t1!, { table: 'strict', values: { id: 3, v: 'zombie' }, ...S }).catch((e: unknown) => e),
+    ]);
+    for (const r of refusals) expect(r).toMatchObject({ name: 'StaleTermError', lease: 'epoch:strict', term: 1, currentTerm: 2 });
+    expect(await rejections('epoch:strict')).toBe(before + 3);
+    expect(await fencedUpdate(h.dialect, h.db, t2!, { table: 'strict', set: { v: 'by 2' }, where: { id: 1 }, ...S })).toEqual({ updated: 1 });
+    expect(await fencedInsert(h.dialect, h.db, t2!, { table: 'strict', values: { id: 3, v: 'by 2' }, ...S })).toEqual({ inserted: 1 });
+    expect(await h.rows('SELECT id, v, last_fence_token FROM strict ORDER BY id')).toEqual([
+      { id: 1, v: 'by 2', last_fence_token: 2 },
+      { id: 2, v: 'by 1', last_fence_token: 1 },
+      { id: 3, v: 'by 2', last_fence_token: 2 },
+    ]);
+    await expect(fencedUpdate(h.dialect, h.db, t2!, { table: 'strict', set: { v: 'x' }, where: { id: 1 }, leaseTable: null, termCheck: 'current' })).rejects.toThrow(/^termCheck: /);
+    await expect(fencedInsert(h.dialect, h.db, t2!, { table: 'strict', values: { id: 4 }, ...E, termCheck: 'latest' as 'current' })).rejects.toThrow(/^termCheck: /);
+  });
+
   it('bad tokens (term -1, 0, 2^63, NaN, a string, NUL or a huge lease) get one clear InvalidArgumentError and write nothing', async () => {
     await h.exec(`CREATE TABLE guarded (id ${h.types.int} PRIMARY KEY, v ${h.types.text}, version ${h.types.int} NOT NULL DEFAULT 0, ${fenceCols()})`);
     await h.exec("INSERT INTO guarded (id, v) VALUES (1, 'keep')");
@@ -250,16 +277,18 @@ describe.each(Object.keys(harnesses))('database commands: %s', (name) => {
       const older = epochs.token('race', await epochs.bump('race'));
       const newer = epochs.token('race', await epochs.bump('race'));
       // Each leader writes several times, plain fenced updates and compare-and-sets, interleaved.
+      // Odd rounds check the term against the current epoch: the older leader is refused at once.
+      const check = round % 2 === 1 ? ({ leaseTable: 'tenure_epochs', termCheck: 'current' } as const) : E;
       const writer = async (token: FencingToken): Promise<string[]> => {
         const outcomes: string[] = [];
         for (let i = 0; i < 4; i++) {
           try {
             if (i % 2 === 0) {
-              await fencedUpdate(h.dialect, h.db, token, { table: 'race', set: { state: `by ${token.term}` }, where: { id: 1 }, ...E });
+              await fencedUpdate(h.dialect, h.db, token, { table: 'race', set: { state: `by ${token.term}` }, where: { id: 1 }, ...check });
               outcomes.push('ok');
             } else {
               const [row] = await h.dialect.select(h.db, 'SELECT version FROM race WHERE id = 1', []);
-              const r = await fencedCompareAndSet(h.dialect, h.db, token, { table: 'race', where: { id: 1 }, set: { state: `by ${token.term}` }, expectedVersion: Number(row!.version), ...E });
+              const r = await fencedCompareAndSet(h.dialect, h.db, token, { table: 'race', where: { id: 1 }, set: { state: `by ${token.term}` }, expectedVersion: Number(row!.version), ...check });
               outcomes.push(r.outcome);
             }
           } catch (err) {
@@ -269,7 +298,8 @@ describe.each(Object.keys(harnesses))('database commands: %s', (name) => {
         }
         return outcomes;
       };
-      const [, newerOut] = await Promise.all([writer(older), writer(newer)]);
+      const [olderOut, newerOut] = await Promise.all([writer(older), writer(newer)]);
+      if (round % 2 === 1) expect(olderOut).toEqual(['stale', 'stale', 'stale', 'stale']);
       staleSeen += newerOut.filter((o) => o === 'stale').length;
       const [row] = await h.rows('SELECT state, last_fence_token FROM race');
       // The newer leader's plain updates always land: its write is on top, with its epoch.

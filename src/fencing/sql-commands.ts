@@ -393,7 +393,15 @@ export async function applyOnce<Db, R extends StoredOutcome | undefined>(
   }
 
   if (!claimed) {
-    const rows = await d.select(db, `SELECT outcome FROM ${table} WHERE idem_key = ${keyParam}`, [key]);
+    // MySQL's plain SELECT reads the transaction's snapshot, which may predate the first claim's
+    // commit (REPEATABLE READ): a locking read sees the latest committed row. PostgreSQL reads a
+    // new snapshot per statement (READ COMMITTED), and under REPEATABLE READ its ON CONFLICT above
+    // already failed with a serialization error when the row is not visible.
+    const lock = d.name === 'mysql' ? ' LOCK IN SHARE MODE' : '';
+    const rows = await d.select(db, `SELECT outcome FROM ${table} WHERE idem_key = ${keyParam}${lock}`, [key]);
+    if (rows.length === 0) {
+      throw new InvalidArgumentError('key', `key ${JSON.stringify(key)} was claimed by a transaction whose row this one cannot see; retry the transaction`);
+    }
     const stored = rows[0]?.outcome;
     if (stored === null || stored === undefined) {
       throw new InvalidArgumentError(

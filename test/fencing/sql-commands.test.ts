@@ -268,6 +268,24 @@ describe.each(Object.keys(harnesses))('database commands: %s', (name) => {
     expect(await h.rows('SELECT n FROM counter')).toEqual([{ n: 10 }]);
   });
 
+  it('applyOnce: a transaction whose snapshot predates the first commit still returns the first outcome', async (ctx) => {
+    if (!h.concurrentTx) ctx.skip();
+    await createIdempotencyTable(h.dialect, h.db);
+    const late = await h.begin();
+    await h.dialect.select(late.db, 'SELECT count(*) AS n FROM tenure_idempotency_keys', []); // its snapshot (MySQL REPEATABLE READ) starts here
+    const first = await h.begin();
+    expect(await applyOnce(h.dialect, first.db, { key: 'snap' }, () => ({ by: 'first' }))).toEqual({ applied: true, result: { by: 'first' } });
+    await first.commit();
+    let ran = false;
+    const out = await applyOnce(h.dialect, late.db, { key: 'snap' }, () => {
+      ran = true;
+      return { by: 'late' };
+    });
+    await late.commit();
+    expect(out).toEqual({ applied: false, result: { by: 'first' } });
+    expect(ran).toBe(false);
+  });
+
   it('leaders of adjacent epochs racing on one row never leave the lower epoch on top (many rounds)', async () => {
     await h.exec(`CREATE TABLE race (id ${h.types.int} PRIMARY KEY, state ${h.types.text}, version ${h.types.int} NOT NULL DEFAULT 0, ${fenceCols()})`);
     await h.exec("INSERT INTO race (id, state) VALUES (1, 'new')");

@@ -169,6 +169,33 @@ describe('withEpoch: an elector whose leaderships carry an epoch (PostgreSQL lea
     await c.elector.stop();
   });
 
+  it('a node that loses its lease while bumping never runs its work with that epoch', async () => {
+    const group = 'late-bump';
+    const elector = new LeaderElector({ store, group, id: 'slow', ...fast });
+    let ran = false;
+    let taken: { term: number } | null = null;
+    // The real epoch store, with the takeover landing between the lease won and the bump: the
+    // lease is released under the node and another owner takes it before the bump is sent.
+    const racing: EpochStore = {
+      ...epochs,
+      bump: async (g) => {
+        const held = await store.read(group);
+        await store.release(group, held!.owner, held!.term);
+        const other = await store.acquire(group, 'usurper~1', 60_000);
+        taken = other.lease;
+        return epochs.bump(g);
+      },
+    };
+    const deposed = new Promise<string>((resolve) => elector.once('deposed', ({ reason }) => resolve(reason)));
+    void withEpoch(elector, racing).runWhileLeader(() => {
+      ran = true;
+    });
+    expect(await deposed).toBe('lost');
+    expect(taken).not.toBeNull();
+    expect(ran).toBe(false);
+    await elector.stop();
+  });
+
   it('refuses a group that cannot carry an epoch, and a missing store', () => {
     const long = new LeaderElector({ store, group: 'g'.repeat(199), ...fast });
     expect(() => withEpoch(long, epochs)).toThrow(/^group: must be at most 194 characters/);

@@ -23,6 +23,7 @@ import { freshMysql, freshPostgres, freshRedis, stopServers } from './lib/server
 import type { BenchResult, Benchmark } from './lib/types.js';
 import { redisLocksBenchmark } from './redis-locks.js';
 import { sqlBenchmarks } from './sql.js';
+import { fencedSqlBenchmarks } from './fenced-sql.js';
 import { sqliteWritersBenchmark } from './sqlite-writers.js';
 
 /** A fresh SQLite database file in a temporary directory. */
@@ -44,6 +45,8 @@ const BENCHMARKS: readonly Benchmark[] = [
   electionBenchmark({ name: 'postgres-election', target: 'postgres', ttlMs: TTL_MS, nodes: 3, prepare: freshPostgres, firstWrite: true, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   electionBenchmark({ name: 'mysql-election', target: 'mysql', ttlMs: TTL_MS, nodes: 3, prepare: freshMysql, firstWrite: true, handoffGoal: null, crashGoal: CRASH_30 }),
   ...sqlBenchmarks,
+  // Issue 22: fenced row update vs plain UPDATE.
+  ...fencedSqlBenchmarks,
   // Issue 22: HTTP requests through the fence middleware and guard vs the plain handler.
   fencedHttpBenchmark(),
   // Issue 13.

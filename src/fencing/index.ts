@@ -19,6 +19,10 @@ export { fencedUpdate, type FencedUpdate, type FencedUpdateResult } from './fenc
 export { postgresDialect, mysqlDialect, sqliteDialect } from './dialects.js';
 export type { SqlDialect, MissingObject, PgQueryable, MysqlExecutor, SqliteDatabase } from './dialects.js';
 export type { RowValue } from './rows.js';
+export { fencedInsert, fencedCompareAndSet, applyOnce, createIdempotencyTable, OUTCOME_MAX_BYTES } from './sql-commands.js';
+export type { FenceColumns, FencedInsert, FencedInsertResult, FencedCompareAndSet, CompareAndSetResult, ApplyOnceOptions, ApplyOnceResult, StoredOutcome } from './sql-commands.js';
+export { createEpochStore, epochLease, withEpoch } from './epoch.js';
+export type { EpochStore, EpochStoreOptions, SqlEpochOptions, RedisEpochOptions, RedisEpochClient, EtcdEpochOptions, EtcdEpochClient, EpochElector, EpochContext, EpochLeadership } from './epoch.js';
 export { fencedFetch, fencingHeaders, checkFencedResponse, formatFencingHeader, parseFencingHeader, FENCING_TOKEN_HEADER, FENCING_HEADER_MAX, FENCING_PROBLEMS } from './http.js';
 export type { FencingProblem, FencingHeader, FencedRequestInit } from './http.js';
 export { httpFence, HttpFence } from './http-guard.js';

@@ -20,7 +20,7 @@
  * A check that is not in the apply's transaction is not fencing: a consumer that checks the term
  * first and writes afterwards can interleave with a redelivery or a second consumer.
  */
-import { InvalidArgumentError, StaleTermError, TenureError, checkName, makeToken, reportFencedWrite } from '../core/index.js';
+import { InvalidArgumentError, StaleTermError, TenureError, checkName, checkToken, makeToken, reportFencedWrite } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
 import { refuse, requireFence } from './context.js';
 import type { SqlDialect } from './dialects.js';
@@ -67,7 +67,8 @@ const publishCounters = new Map<string, number>();
 export function nextMessageFence(what: string, options: FencedPublishOptions = {}): MessageFence {
   let token: FencingToken;
   if (options.token !== undefined) {
-    token = makeToken(options.token.lease, options.token.term);
+    const given = checkToken('token', options.token);
+    token = makeToken(given.lease, given.term);
     if (options.group !== undefined && token.lease !== options.group) {
       throw new InvalidArgumentError('token', `is for group ${token.lease}, not ${options.group}`);
     }

@@ -43,6 +43,8 @@ describe('fenced message metadata', () => {
     ended.abort();
     expect(() => runFenced({ token, signal: ended.signal }, () => nextMessageFence('publishFencedNats'))).toThrow(/has ended/);
     expect(() => nextMessageFence('test', { token, group: 'other' })).toThrow(InvalidArgumentError);
+    expect(() => nextMessageFence('test', { token: null as unknown as typeof token })).toThrow(/token: expected a fencing token/);
+    expect(() => nextMessageFence('test', { token: { lease: 'g', term: -1 } })).toThrow(/token.term: expected a positive integer term/);
   });
 
   it('bad metadata is refused with one clear reason', () => {

@@ -27,3 +27,31 @@ export { fencedFetch, fencingHeaders, checkFencedResponse, formatFencingHeader, 
 export type { FencingProblem, FencingHeader, FencedRequestInit } from './http.js';
 export { httpFence, HttpFence } from './http-guard.js';
 export type { HttpFenceOptions, HttpFenceGuard, Fenced, FencedRequestHead, ProblemResponse, FastifyLike, FastifyRequestLike, FastifyReplyLike, FastifyFencePlugin } from './http-guard.js';
+export {
+  FENCING_SEQ_HEADER,
+  messageLimits,
+  nextMessageFence,
+  readMessageFence,
+  settles,
+  FencedConsumer,
+  ConsumerHaltedError,
+  sqlMessageLedger,
+  memoryMessageLedger,
+  type MessageFence,
+  type FencedPublishOptions,
+  type MessageMark,
+  type MessageMetadata,
+  type MessageVerdict,
+  type MessageLedger,
+  type LedgerStep,
+  type MessageCounts,
+  type FencedConsumerOptions,
+  type SqlMessageLedger,
+  type SqlMessageLedgerOptions,
+} from './messages.js';
+export { FENCED_JETSTREAM_CONSUMER, publishFencedNats, publishFencedJetStream, handleJetStreamMessage, consumeFencedJetStream, handleNatsMessage } from './nats.js';
+export type { NatsHeaders, NatsPublisher, JetStreamPublisher, NatsMessage, JetStreamMessage, FencedNatsPublishOptions } from './nats.js';
+export { publishFencedAmqp, handleAmqpMessage } from './amqp.js';
+export type { AmqpChannel, AmqpMessage, AmqpConsumerChannel, AmqpPublishOptions, FencedAmqpPublishOptions } from './amqp.js';
+export { publishFencedMqtt, fencedMqttAcks, MQTT_REFUSED_REASON } from './mqtt.js';
+export type { MqttPublisher, MqttPublishOptions, MqttPacket, MqttAckHandler, FencedMqttPublishOptions } from './mqtt.js';

@@ -17,12 +17,15 @@ import { join, relative } from 'node:path';
 import { repoRoot } from '../test/fixtures/harness.js';
 import { electionBenchmark } from './election.js';
 import { followBenchmark } from './follow.js';
+import { fencedHttpBenchmark } from './fenced-http.js';
 import { etcdBenchmarks } from './etcd.js';
+import { fencedNatsBenchmark } from './fenced-nats.js';
 import { environment, finish, markdown, textTable, timestamp, writeJson } from './lib/report.js';
 import { freshMysql, freshPostgres, freshRedis, stopServers } from './lib/servers.js';
 import type { BenchResult, Benchmark } from './lib/types.js';
 import { redisLocksBenchmark } from './redis-locks.js';
 import { sqlBenchmarks } from './sql.js';
+import { fencedSqlBenchmarks } from './fenced-sql.js';
 import { sqliteWritersBenchmark } from './sqlite-writers.js';
 
 /** A fresh SQLite database file in a temporary directory. */
@@ -44,6 +47,10 @@ const BENCHMARKS: readonly Benchmark[] = [
   electionBenchmark({ name: 'postgres-election', target: 'postgres', ttlMs: TTL_MS, nodes: 3, prepare: freshPostgres, firstWrite: true, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   electionBenchmark({ name: 'mysql-election', target: 'mysql', ttlMs: TTL_MS, nodes: 3, prepare: freshMysql, firstWrite: true, handoffGoal: null, crashGoal: CRASH_30 }),
   ...sqlBenchmarks,
+  // Issue 22: fenced row update vs plain UPDATE.
+  ...fencedSqlBenchmarks,
+  // Issue 22: HTTP requests through the fence middleware and guard vs the plain handler.
+  fencedHttpBenchmark(),
   // Issue 13.
   electionBenchmark({ name: 'redis-election', target: 'redis', ttlMs: TTL_MS, nodes: 3, prepare: freshRedis, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   redisLocksBenchmark(),
@@ -53,6 +60,8 @@ const BENCHMARKS: readonly Benchmark[] = [
   raftBenchmark(),
   // Issue 23: Model B, a follower tailing the leader's fenced stream (latency and catch-up).
   followBenchmark(),
+  // Issue 22: fenced NATS publish + consume vs plain.
+  fencedNatsBenchmark(),
 ];
 
 interface Args {

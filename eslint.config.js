@@ -41,6 +41,8 @@ export default tseslint.config(
   },
   // fencing/ (fenced rows over the user's own SQL client, the token's text form) imports only core/.
   { files: ['src/fencing/*.ts'], rules: layer(coreOnly('^\\.\\./(?!core/)', 'fencing/')) },
+  // replication/ (followers tailing the leader's log) uses stores only through the Store interface: core/ only.
+  { files: ['src/replication/*.ts'], rules: layer(coreOnly('^\\.\\./(?!core/)', 'replication/')) },
   // The Raft store (stores/raft/, when it exists) may also use the consensus library in raft/.
   {
     files: ['src/stores/raft/*.ts'],

@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { repoRoot } from '../test/fixtures/harness.js';
 import { electionBenchmark } from './election.js';
+import { followBenchmark } from './follow.js';
 import { fencedHttpBenchmark } from './fenced-http.js';
 import { etcdBenchmarks } from './etcd.js';
 import { fencedNatsBenchmark } from './fenced-nats.js';
@@ -57,6 +58,8 @@ const BENCHMARKS: readonly Benchmark[] = [
   ...etcdBenchmarks,
   // Issue 10: the Raft core alone.
   raftBenchmark(),
+  // Issue 23: Model B, a follower tailing the leader's fenced stream (latency and catch-up).
+  followBenchmark(),
   // Issue 22: fenced NATS publish + consume vs plain.
   fencedNatsBenchmark(),
 ];

@@ -14,3 +14,5 @@ export type { HttpFence, HttpFenceOptions, HttpFenceGuard } from './fencing/inde
 export { collectMetrics } from './observe/index.js';
 export type { MetricsOptions } from './observe/index.js';
 export type { TenureStoreEvents } from './open.js';
+export { Follower, ApplyError, OffsetMismatchError, sqliteSink, postgresSink, mysqlSink } from './replication/index.js';
+export type { ApplyBatchFn, ApplyFn, FollowerEvents, FollowerLag, FollowerOptions, FollowerSink, SinkOptions } from './replication/index.js';

@@ -12,6 +12,7 @@ import type { CommandSpec } from './args.js';
 import { appendCommand, appendSpec } from './append.js';
 import { demoCommand, demoSpec } from './demo.js';
 import { demoNodeCommand, demoNodeSpec } from './demo-node.js';
+import { followCommand, followSpec } from './follow.js';
 import { lockCommand, lockSpec } from './lock.js';
 import { logCommand, logSpec } from './log.js';
 import { migrateCommand, migrateSpec } from './migrate.js';
@@ -30,6 +31,7 @@ const COMMANDS: ReadonlyArray<{ spec: CommandSpec; run: Command }> = [
   { spec: statusSpec, run: statusCommand },
   { spec: appendSpec, run: (argv, io) => appendCommand(argv, io, process.stdin) },
   { spec: logSpec, run: logCommand },
+  { spec: followSpec, run: followCommand },
   { spec: demoSpec, run: demoCommand },
   { spec: migrateSpec, run: migrateCommand },
   { spec: demoNodeSpec, run: demoNodeCommand },

@@ -12,6 +12,9 @@ export type TenureErrorCode =
   | 'LOCK_TIMEOUT'
   | 'DRIVER_MISSING'
   | 'CLOSED'
+  // A follower (src/replication/): its apply callback threw; its saved offset disagrees with the log.
+  | 'APPLY_FAILED'
+  | 'OFFSET_MISMATCH'
   // A fenced message consumer waiting for an earlier message that failed (src/fencing/messages.ts):
   | 'CONSUMER_HALTED'
   // The Raft core's errors (RaftError and its subclasses, src/raft/core/errors.ts):

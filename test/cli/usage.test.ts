@@ -63,7 +63,7 @@ describe('bad usage or input: one line on stderr, exit code 2', () => {
 });
 
 describe('an unreachable store: one line naming it, exit code 1', () => {
-  for (const command of [['status'], ['log', '--stream', 's'], ['append', '--stream', 's', '--token', 'g#1', 'x'], ['run', '--group', 'g', '--', 'true']]) {
+  for (const command of [['status'], ['log', '--stream', 's'], ['append', '--stream', 's', '--token', 'g#1', 'x'], ['run', '--group', 'g', '--', 'true'], ['follow', '--stream', 's', '--state', 'st', '--', 'true']]) {
     it(`tenure ${command[0]}`, async () => {
       const r = await tenure(box, [command[0]!, '--store', 'sqlite:/dev/null/tenure.db', ...command.slice(1)]);
       const line = expectOneLine(r.stderr);
@@ -80,7 +80,7 @@ describe('an unreachable store: one line naming it, exit code 1', () => {
 });
 
 describe('help and version', () => {
-  for (const command of ['run', 'lock', 'status', 'append', 'log', 'demo', 'migrate']) {
+  for (const command of ['run', 'lock', 'status', 'append', 'log', 'follow', 'demo', 'migrate']) {
     it(`tenure ${command} --help shows usage and an example`, async () => {
       const r = await tenure(box, [command, '--help']);
       expect(r.code).toBe(0);
@@ -93,7 +93,7 @@ describe('help and version', () => {
   it('tenure --help lists the commands', async () => {
     const r = await tenure(box, ['--help']);
     expect(r.code).toBe(0);
-    for (const command of ['run', 'lock', 'status', 'append', 'log', 'demo']) expect(r.stdout).toMatch(new RegExp(`\\n  ${command} `));
+    for (const command of ['run', 'lock', 'status', 'append', 'log', 'follow', 'demo']) expect(r.stdout).toMatch(new RegExp(`\\n  ${command} `));
     expect(r.stdout).not.toContain('demo-node');
   });
 

@@ -1,12 +1,14 @@
 /**
  * `tenure demo`: leader election and fencing, live, on this machine.
  *
- * N node processes share a fresh SQLite store; the leader appends fenced entries. The demo
+ * N node processes share a fresh SQLite store; the leader writes fenced, over the path `--via`
+ * names (the store's stream, a fenced SQL row, …: see demo-writer.ts and demo-resource.ts). The demo
  *  1. freezes the leader (SIGSTOP) between its leadership check and its write, past its TTL,
  *     and shows another node take over with a higher term;
  *  2. resumes it (SIGCONT) and shows its write refused as stale;
  *  3. kills the new leader (kill -9) and shows crash failover;
- *  4. checks the stream: gap-free, terms never go back, one writer per term;
+ *  4. checks the resource's own record of the writes it applied (the stream, the row's history):
+ *     gap-free, terms never go back, one writer per term;
  * then prints a summary. Every node process is stopped at the end, also when interrupted.
  */
 import { spawn } from 'node:child_process';
@@ -31,6 +33,10 @@ import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
 import type { TerminationSignal } from './signals.js';
 import { openCliStore, storeTarget } from './store.js';
+import { openDemoResource } from './demo-resource.js';
+import type { DemoResource } from './demo-resource.js';
+import { DEMO_PATHS } from './demo-writer.js';
+import type { DemoVia } from './demo-writer.js';
 
 const GROUP = 'demo';
 const STREAM = 'demo';
@@ -42,7 +48,7 @@ const POLL_MS = 20;
 
 export const demoSpec: CommandSpec = {
   name: 'demo',
-  usage: 'demo [--nodes N] [--duration S] [--ttl D] [--json]',
+  usage: `demo [--nodes N] [--duration S] [--ttl D] [--via ${DEMO_PATHS.join('|')}] [--json]`,
   summary: 'Watch election, takeover, a stale write refused and crash failover, live.',
   description: [
     'Starts N node processes on a fresh temporary SQLite store; the leader appends fenced entries.\n' +
@@ -50,6 +56,10 @@ export const demoSpec: CommandSpec = {
       'resumes the old leader and shows its stale write refused, then kills the new leader (kill -9)\n' +
       'and shows crash failover. It ends with a summary and checks: failover times, terms, refused\n' +
       'stale writes, entries and any safety violation. No process is left behind.',
+    '--via picks the write path the story runs over: stream (tenure\'s fenced stream, the default),\n' +
+      'sql (fencedUpdate of a row in SQLite; the check is in the UPDATE). The checks read the\n' +
+      'resource\'s own record of the writes it applied (the stream, the row\'s history), never the\n' +
+      'writers\' reports: a lower term applied after a higher one is a violation.',
     'On a terminal the view is live; otherwise it prints plain lines, or with --json one JSON summary\n' +
       '{ ok, failovers, terms, staleRejected, entries, violations, ... }. Exit code 0 when every step\n' +
       'happened and no violation was found, 1 otherwise, 130 when interrupted.',
@@ -58,9 +68,10 @@ export const demoSpec: CommandSpec = {
     nodes: { type: 'string', value: 'N', help: `number of node processes, 2 to 9 (default ${DEFAULT_NODES})` },
     duration: { type: 'string', value: 'S', help: 'how long to run, in seconds or as 20s, 1m (default 15; the steps take about 8 s)' },
     ttl: { type: 'string', value: 'D', help: 'lease time to live (default 1s)' },
+    via: { type: 'string', value: 'PATH', help: `the write path: ${DEMO_PATHS.join(', ')} (default stream)` },
     json: { type: 'boolean', help: 'print one JSON summary instead of the live view' },
   },
-  examples: ['npx tenure demo', 'tenure demo --nodes 5 --duration 30 --json'],
+  examples: ['npx tenure demo', 'tenure demo --nodes 5 --duration 30 --json', 'tenure demo --via sql'],
 };
 
 class Interrupted extends Error {}
@@ -92,7 +103,8 @@ export async function demoCommand(argv: readonly string[], io: CliIO): Promise<n
   const durationMs = parseSeconds(stringOption(args.values, 'duration'));
   const ttlMs = durationOption(args.values, 'ttl', DEFAULT_TTL_MS, 100, 60_000);
   const json = flagOption(args.values, 'json');
-  const demo = new Demo(io, { nodeCount, durationMs, ttlMs, json });
+  const via = parseVia(stringOption(args.values, 'via'));
+  const demo = new Demo(io, { nodeCount, durationMs, ttlMs, json, via });
   return demo.run();
 }
 
@@ -104,11 +116,20 @@ function parseSeconds(text: string | undefined): number {
   return ms;
 }
 
+/** `--via`: one of the write paths, exactly. */
+function parseVia(text: string | undefined): DemoVia {
+  if (text === undefined) return 'stream';
+  const via = DEMO_PATHS.find((p) => p === text);
+  if (!via) throw new InvalidArgumentError('--via', `expected one of ${DEMO_PATHS.join(', ')}, got '${text}'`);
+  return via;
+}
+
 interface DemoOptions {
   nodeCount: number;
   durationMs: number;
   ttlMs: number;
   json: boolean;
+  via: DemoVia;
 }
 
 class Demo {
@@ -119,7 +140,7 @@ class Demo {
   private readonly pids: number[] = [];
   /** term -> owner, from the nodes' own `elected` reports. */
   private readonly electedBy = new Map<number, { owner: string; node: string }>();
-  /** term -> writer and entry count, from the stream. */
+  /** term -> writer and entry count, from the resource's record of the writes it applied. */
   private readonly termWriters = new Map<number, { owner: string; node: string; entries: number }>();
   private staleRejected = 0;
   private entries = 0;
@@ -130,6 +151,7 @@ class Demo {
   private readonly interrupt = new AbortController();
   private received: TerminationSignal | null = null;
   private store: TenureStore | null = null;
+  private resource: DemoResource | null = null;
   private dir = '';
   private storeUrl = '';
   private readonly view: DemoView;
@@ -164,7 +186,8 @@ class Demo {
       const target = storeTarget(`sqlite:${join(this.dir, 'tenure.db')}`, this.io.env);
       this.storeUrl = target.url;
       this.store = await openCliStore(target, 2000);
-      this.view.start(target.display);
+      this.resource = await openDemoResource({ via: this.options.via, store: this.store, stream: STREAM, storeFile: join(this.dir, 'tenure.db') });
+      this.view.start(target.display, this.resource.description);
       ticker = setInterval(() => void this.tick(), TICK_MS);
       try {
         await this.script();
@@ -177,6 +200,7 @@ class Demo {
       await this.shutdown();
       await this.tick(); // read what the nodes wrote last
       this.checkElections();
+      await this.resource?.close().catch(() => {});
       await this.store?.close();
       if (this.dir) rmSync(this.dir, { recursive: true, force: true });
       removeHandlers();
@@ -283,7 +307,10 @@ class Demo {
     const bin = binPath();
     const proc = spawn(
       process.execPath,
-      [bin, 'demo-node', '--store', this.storeUrl, '--group', GROUP, '--stream', STREAM, '--id', name, '--ttl', String(this.options.ttlMs), '--interval', String(this.intervalMs), '--demo-dir', this.dir],
+      [
+        bin, 'demo-node', '--store', this.storeUrl, '--group', GROUP, '--stream', STREAM, '--id', name, '--ttl', String(this.options.ttlMs),
+        '--interval', String(this.intervalMs), '--demo-dir', this.dir, ...(this.resource?.nodeArgs ?? []),
+      ],
       { stdio: ['pipe', 'pipe', 'pipe'], env: { ...this.io.env, TENURE_STORE: this.storeUrl } },
     );
     const existing = this.nodes.find((n) => n.name === name);
@@ -422,12 +449,12 @@ class Demo {
   private ticking = false;
 
   private async tick(): Promise<void> {
-    if (this.ticking || !this.store) return;
+    if (this.ticking || !this.store || !this.resource) return;
     this.ticking = true;
     try {
       this.lease = await this.store.read(GROUP);
       for (;;) {
-        const batch = await this.store.readStream(STREAM, { after: this.lastSeq, limit: limits.readLimitMax });
+        const batch = await this.resource.read(this.lastSeq, limits.readLimitMax);
         for (const e of batch) this.checkEntry(e.seq, e.term, e.payload);
         if (batch.length < limits.readLimitMax) break;
       }
@@ -514,6 +541,7 @@ class Demo {
       lastTerm: this.lastTerm,
       staleRejected: this.staleRejected,
       violations: this.violations.length,
+      label: this.resource?.label ?? 'stream',
     };
   }
 
@@ -528,6 +556,7 @@ class Demo {
     const steps = this.failovers.length === 2 && this.staleRejected > 0;
     return {
       ok: this.violations.length === 0 && this.problems.length === 0 && steps && !this.received,
+      via: this.options.via,
       nodes: this.options.nodeCount,
       ttlMs: this.options.ttlMs,
       durationMs: Math.round(this.elapsed()),

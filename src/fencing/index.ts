@@ -17,3 +17,29 @@ export { fencedUpdate, type FencedUpdate, type FencedUpdateResult } from './fenc
 export { postgresDialect, mysqlDialect, sqliteDialect } from './dialects.js';
 export type { SqlDialect, MissingObject, PgQueryable, MysqlExecutor, SqliteDatabase } from './dialects.js';
 export type { RowValue } from './rows.js';
+export {
+  FENCING_TOKEN_HEADER,
+  FENCING_SEQ_HEADER,
+  messageLimits,
+  nextMessageFence,
+  readMessageFence,
+  settles,
+  FencedConsumer,
+  sqlMessageLedger,
+  type MessageFence,
+  type FencedPublishOptions,
+  type MessageMark,
+  type MessageMetadata,
+  type MessageVerdict,
+  type MessageLedger,
+  type MessageCounts,
+  type FencedConsumerOptions,
+  type SqlMessageLedger,
+  type SqlMessageLedgerOptions,
+} from './messages.js';
+export { publishFencedNats, publishFencedJetStream, handleJetStreamMessage, consumeFencedJetStream, handleNatsMessage } from './nats.js';
+export type { NatsHeaders, NatsPublisher, JetStreamPublisher, NatsMessage, JetStreamMessage, FencedNatsPublishOptions } from './nats.js';
+export { publishFencedAmqp, handleAmqpMessage } from './amqp.js';
+export type { AmqpChannel, AmqpMessage, AmqpConsumerChannel, AmqpPublishOptions, FencedAmqpPublishOptions } from './amqp.js';
+export { publishFencedMqtt, fencedMqttAcks, MQTT_REFUSED_REASON } from './mqtt.js';
+export type { MqttPublisher, MqttPublishOptions, MqttPacket, MqttAckHandler, FencedMqttPublishOptions } from './mqtt.js';

@@ -1,0 +1,455 @@
+/**
+ * Fenced messages: the token rides in a message's metadata, and the consumer is where the write
+ * lands, so the consumer is where the fence is checked.
+ *
+ * Publish side: every broker adapter (nats.ts, amqp.ts, mqtt.ts) puts the same two fields in the
+ * message's metadata: `Fencing-Token: <group>#<term>` (the token of the current leadership, from
+ * the token context, or one passed by hand) and `Fencing-Seq: <n>`, the publish's number within
+ * that leadership in this process (1, 2, 3…), which lets a consumer on a broker without offsets
+ * (RabbitMQ classic queues, MQTT) recognise a redelivery.
+ *
+ * Consumer side: a FencedConsumer keeps, per consumer and group, the highest term it has applied
+ * together with the message's position (JetStream's stream sequence, or the Fencing-Seq) in a
+ * small ledger (a SQL table on the application's own database), and reads and advances it in the
+ * SAME transaction as the application's apply. A message whose term is below the highest is a
+ * zombie's late publish: dropped, counted and refused (the elector in this process holding that
+ * term steps down); a message at or below the recorded position was applied already: acknowledged
+ * without applying it again; a message with no token, or a malformed one, is never applied. The
+ * adapters acknowledge a message only after the apply's transaction committed.
+ *
+ * A check that is not in the apply's transaction is not fencing: a consumer that checks the term
+ * first and writes afterwards can interleave with a redelivery or a second consumer.
+ */
+import { InvalidArgumentError, StaleTermError, checkName, makeToken, reportFencedWrite } from '../core/index.js';
+import type { FencingToken } from '../core/index.js';
+import { refuse, requireFence } from './context.js';
+import type { SqlDialect } from './dialects.js';
+import { formatToken } from './token.js';
+
+/** The metadata key of the token, on every broker (NATS header, AMQP header, MQTT v5 user property). */
+export const FENCING_TOKEN_HEADER = 'Fencing-Token';
+/** The metadata key of the publish's number within its leadership (1, 2, 3… per process). */
+export const FENCING_SEQ_HEADER = 'Fencing-Seq';
+
+export const messageLimits = {
+  /** The longest Fencing-Token value read (a 200-character group, `#`, 16 digits, with room). */
+  tokenHeaderMaxChars: 256,
+  /** The longest Fencing-Seq value read (a safe integer has at most 16 digits). */
+  seqHeaderMaxChars: 16,
+  /** Tokens whose publish counters are kept in one process (the oldest is forgotten first). */
+  publishCountersMax: 1024,
+} as const;
+
+/** The metadata one fenced publish carries. */
+export interface MessageFence {
+  readonly token: FencingToken;
+  /** `Fencing-Token` value: `<group>#<term>`. */
+  readonly tokenText: string;
+  /** `Fencing-Seq` value: this publish's number within the token's leadership in this process. */
+  readonly seq: number;
+}
+
+export interface FencedPublishOptions {
+  /** The token to publish with; default: the token context's (requireFence), which throws NoTokenError outside a leadership. */
+  readonly token?: FencingToken;
+  /** The group the token must belong to (checked against the context's token). */
+  readonly group?: string;
+}
+
+const publishCounters = new Map<string, number>();
+
+/**
+ * The fence of the next publish: the token (given, or the context's: NoTokenError outside a
+ * leadership or after it ended; never unfenced) and its next sequence number in this process.
+ */
+export function nextMessageFence(what: string, options: FencedPublishOptions = {}): MessageFence {
+  let token: FencingToken;
+  if (options.token !== undefined) {
+    token = makeToken(options.token.lease, options.token.term);
+    if (options.group !== undefined && token.lease !== options.group) {
+      throw new InvalidArgumentError('token', `is for group ${token.lease}, not ${options.group}`);
+    }
+  } else {
+    token = requireFence(what, options.group).token;
+  }
+  const tokenText = formatToken(token);
+  const seq = (publishCounters.get(tokenText) ?? 0) + 1;
+  // Most recently used last, so the oldest leadership's counter is the one forgotten.
+  publishCounters.delete(tokenText);
+  publishCounters.set(tokenText, seq);
+  if (publishCounters.size > messageLimits.publishCountersMax) {
+    const oldest = publishCounters.keys().next().value;
+    if (oldest !== undefined) publishCounters.delete(oldest);
+  }
+  return { token, tokenText, seq };
+}
+
+/** Where a message sits in its group's history: compared as (term, position). */
+export interface MessageMark {
+  readonly term: number;
+  /** The broker's offset (JetStream stream sequence) or the publisher's Fencing-Seq. */
+  readonly position: number;
+}
+
+/** What a consumer read from one message's metadata, as the broker adapter found it. */
+export interface MessageMetadata {
+  /** The Fencing-Token value; undefined when the message carries none. */
+  readonly token: unknown;
+  /** The message's position: a broker offset (number) or the Fencing-Seq value (text). */
+  readonly position: unknown;
+}
+
+/** Why a message was not applied, in words a dead-letter reason can carry. */
+export type MessageVerdict =
+  | { readonly outcome: 'applied'; readonly token: FencingToken; readonly position: number }
+  | { readonly outcome: 'duplicate'; readonly token: FencingToken; readonly position: number; readonly reason: string }
+  | { readonly outcome: 'stale'; readonly token: FencingToken; readonly position: number; readonly reason: string; readonly error: StaleTermError }
+  | { readonly outcome: 'invalid'; readonly reason: string; readonly error: InvalidArgumentError };
+
+/** Whether the broker should be told the message is done with (acknowledged) or refused (terminated, dead-lettered). */
+export function settles(verdict: MessageVerdict): 'ack' | 'reject' {
+  return verdict.outcome === 'applied' || verdict.outcome === 'duplicate' ? 'ack' : 'reject';
+}
+
+function text(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (value instanceof Uint8Array) return Buffer.from(value).toString('utf8');
+  return undefined;
+}
+
+function shown(value: string): string {
+  return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+}
+
+/**
+ * Parse a message's fencing metadata for `group`; InvalidArgumentError naming what is wrong (no
+ * token, a value too long, not `<group>#<term>`, a term outside [1, 2^53), another group's token, a
+ * position that is not a whole number >= 1).
+ */
+export function readMessageFence(group: string, meta: MessageMetadata): { token: FencingToken; position: number } {
+  if (meta.token === undefined || meta.token === null) {
+    throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `missing: a fenced consumer applies only messages published with a token (publish with tenure's fenced publish)`);
+  }
+  const tokenText = text(meta.token);
+  if (tokenText === undefined) throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `expected text <group>#<term>, got ${typeof meta.token}`);
+  if (tokenText.length > messageLimits.tokenHeaderMaxChars) {
+    throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `is ${tokenText.length} characters, at most ${messageLimits.tokenHeaderMaxChars}`);
+  }
+  const at = tokenText.lastIndexOf('#');
+  const termText = at > 0 ? tokenText.slice(at + 1) : '';
+  if (at <= 0 || !/^[1-9][0-9]*$/.test(termText)) {
+    throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `expected <group>#<term> with a positive integer term, got ${shown(tokenText)}`);
+  }
+  const term = Number(termText);
+  if (!Number.isSafeInteger(term)) {
+    throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `term ${termText.length > 20 ? `${termText.slice(0, 20)}…` : termText} is beyond 2^53 - 1: no store issues such a term`);
+  }
+  const lease = tokenText.slice(0, at);
+  if (lease !== group) throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `is for group ${shown(lease)}, this consumer fences group ${shown(group)}`);
+  const token = makeToken(lease, term);
+  let position: number;
+  if (typeof meta.position === 'number') {
+    position = meta.position;
+  } else {
+    const p = text(meta.position);
+    if (p === undefined) throw new InvalidArgumentError(FENCING_SEQ_HEADER, `missing: a fenced publish numbers its messages (publish with tenure's fenced publish)`);
+    if (p.length > messageLimits.seqHeaderMaxChars || !/^[1-9][0-9]*$/.test(p)) throw new InvalidArgumentError(FENCING_SEQ_HEADER, `expected a whole number >= 1, got ${shown(p)}`);
+    position = Number(p);
+  }
+  if (!Number.isSafeInteger(position) || position < 1) throw new InvalidArgumentError(FENCING_SEQ_HEADER, `expected a whole number >= 1, got ${String(position)}`);
+  return { token, position };
+}
+
+/**
+ * Where a consumer keeps, per consumer name and group, the highest (term, position) it applied.
+ * `read` and `record` run inside `transaction`, the same one as the application's apply; `read`
+ * locks the row until the transaction ends.
+ */
+export interface MessageLedger<Tx> {
+  /** Run `fn` in one transaction: commit when it resolves, roll back (and rethrow) when it throws. */
+  transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  /** The recorded mark, locked for this transaction; null when none yet. */
+  read(tx: Tx, consumer: string, group: string): Promise<MessageMark | null>;
+  /** Record `mark` as the highest applied. */
+  record(tx: Tx, consumer: string, group: string, mark: MessageMark): Promise<void>;
+  /** The latest term issued for `group`, when the ledger can see the lease table (undefined: not checked). */
+  issued?(tx: Tx, group: string): Promise<number | null | undefined>;
+}
+
+/** Counts of a FencedConsumer's verdicts since it was made. */
+export interface MessageCounts {
+  applied: number;
+  duplicate: number;
+  stale: number;
+  invalid: number;
+}
+
+export interface FencedConsumerOptions<Tx, M> {
+  /** The group (lease) whose leader publishes these messages; another group's token is refused. */
+  readonly group: string;
+  /** This consumer's durable name in the ledger (one ordered consumer per name). */
+  readonly consumer: string;
+  readonly ledger: MessageLedger<Tx>;
+  /** The application's write, inside the ledger's transaction (`tx`): write through `tx` only. */
+  readonly apply: (tx: Tx, message: M, fence: { readonly token: FencingToken; readonly position: number }) => Promise<void>;
+  /** Told of every message not applied (duplicate, stale, invalid), after it was counted. */
+  readonly onSkip?: (verdict: Exclude<MessageVerdict, { outcome: 'applied' }>, message: M) => void;
+}
+
+/**
+ * The consumer side of fenced messages, broker-neutral: `handle` decides and applies one message
+ * in one ledger transaction; a broker adapter acknowledges it only when the verdict `settles` as
+ * `ack` (applied now, or applied before). Messages are handled one at a time, in arrival order.
+ */
+export class FencedConsumer<Tx, M = unknown> {
+  readonly group: string;
+  readonly consumer: string;
+  readonly counts: MessageCounts = { applied: 0, duplicate: 0, stale: 0, invalid: 0 };
+  private readonly options: FencedConsumerOptions<Tx, M>;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(options: FencedConsumerOptions<Tx, M>) {
+    if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', 'expected { group, consumer, ledger, apply }');
+    this.group = checkName('group', options.group);
+    this.consumer = checkName('consumer', options.consumer);
+    if (typeof options.ledger !== 'object' || options.ledger === null || typeof options.ledger.transaction !== 'function') {
+      throw new InvalidArgumentError('ledger', 'expected a MessageLedger such as sqlMessageLedger(postgresDialect, client)');
+    }
+    if (typeof options.apply !== 'function') throw new InvalidArgumentError('apply', 'expected async (tx, message, fence) => { … }');
+    this.options = options;
+  }
+
+  /**
+   * Decide and apply one message. Resolves to its verdict (invalid metadata, a stale term and a
+   * duplicate are verdicts, not errors); rejects when the apply or the ledger failed, and then
+   * nothing was committed and the message must not be acknowledged.
+   */
+  handle(message: M, meta: MessageMetadata): Promise<MessageVerdict> {
+    const run = this.queue.then(
+      () => this.handleNow(message, meta),
+      () => this.handleNow(message, meta),
+    );
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private async handleNow(message: M, meta: MessageMetadata): Promise<MessageVerdict> {
+    let fence: { token: FencingToken; position: number };
+    try {
+      fence = readMessageFence(this.group, meta);
+    } catch (err) {
+      if (!(err instanceof InvalidArgumentError)) throw err;
+      return this.skip({ outcome: 'invalid', reason: err.message, error: err }, message);
+    }
+    const { ledger, apply } = this.options;
+    const { token, position } = fence;
+    const start = performance.now();
+    let verdict: MessageVerdict;
+    try {
+      verdict = await ledger.transaction(async (tx): Promise<MessageVerdict> => {
+        const mark = await ledger.read(tx, this.consumer, this.group);
+        if (mark && token.term < mark.term) {
+          const error = new StaleTermError(token.lease, token.term, mark.term);
+          return { outcome: 'stale', token, position, error, reason: `stale fencing token: term ${token.term} < ${mark.term} for group ${token.lease} (a deposed leader's late publish)` };
+        }
+        if (mark && token.term === mark.term && position <= mark.position) {
+          return { outcome: 'duplicate', token, position, reason: `already applied: position ${position} <= ${mark.position} of term ${mark.term}` };
+        }
+        if (ledger.issued) {
+          const issued = await ledger.issued(tx, this.group);
+          if (issued !== undefined && token.term > (issued ?? 0)) {
+            const error = new InvalidArgumentError(FENCING_TOKEN_HEADER, `term ${token.term} was never issued for group ${token.lease} (latest ${issued ?? 0})`);
+            return { outcome: 'invalid', reason: error.message, error };
+          }
+        }
+        await apply(tx, message, fence);
+        await ledger.record(tx, this.consumer, this.group, { term: token.term, position });
+        return { outcome: 'applied', token, position };
+      });
+    } catch (err) {
+      reportFencedWrite({ path: 'message', lease: this.group, ms: performance.now() - start, outcome: 'error' });
+      throw err;
+    }
+    reportFencedWrite({ path: 'message', lease: this.group, ms: performance.now() - start, outcome: verdict.outcome === 'stale' ? 'stale' : 'ok' });
+    if (verdict.outcome === 'applied') {
+      this.counts.applied++;
+      return verdict;
+    }
+    if (verdict.outcome === 'stale') refuse(verdict.error, 'message', 'guard');
+    return this.skip(verdict, message);
+  }
+
+  private skip(verdict: Exclude<MessageVerdict, { outcome: 'applied' }>, message: M): MessageVerdict {
+    this.counts[verdict.outcome]++;
+    try {
+      this.options.onSkip?.(verdict, message);
+    } catch {
+      // the caller's report is not the consumer's failure
+    }
+    return verdict;
+  }
+}
+
+// ---- The SQL ledger: one small table on the application's own database -------------------------
+
+export interface SqlMessageLedgerOptions {
+  /** The ledger table (default `tenure_message_fences`); `await ledger.createTable()` makes it. */
+  readonly table?: string;
+  /**
+   * tenure's lease table in this database (e.g. `tenure_leases`), read in the same transaction so
+   * that a forged future term cannot poison the ledger; default null (the leases live elsewhere:
+   * then an unissued term is not detected).
+   */
+  readonly leaseTable?: string | null;
+}
+
+interface PgPoolLike {
+  connect(): Promise<{ query: (text: string, values?: unknown[]) => Promise<unknown>; release: (err?: Error | boolean) => void }>;
+  totalCount: number;
+}
+interface MysqlPoolLike {
+  getConnection(): Promise<MysqlTxConnection & { release(): void }>;
+}
+interface MysqlTxConnection {
+  beginTransaction(): Promise<void>;
+  commit(): Promise<void>;
+  rollback(): Promise<void>;
+}
+
+function isPgPool(db: unknown): db is PgPoolLike {
+  return typeof db === 'object' && db !== null && typeof (db as { connect?: unknown }).connect === 'function' && typeof (db as { totalCount?: unknown }).totalCount === 'number';
+}
+function isMysqlPool(db: unknown): db is MysqlPoolLike {
+  return typeof db === 'object' && db !== null && typeof (db as { getConnection?: unknown }).getConnection === 'function';
+}
+function isMysqlConnection(db: unknown): db is MysqlTxConnection {
+  return typeof db === 'object' && db !== null && typeof (db as { beginTransaction?: unknown }).beginTransaction === 'function';
+}
+
+const IDENT = /^[A-Za-z_][A-Za-z0-9_$]*$/;
+
+function tableIdent<Db>(d: SqlDialect<Db>, field: string, name: string): string {
+  const parts = typeof name === 'string' ? name.split('.') : [];
+  if (parts.length < 1 || parts.length > 2 || parts.some((p) => !IDENT.test(p) || p.length > d.identifierMax)) {
+    throw new InvalidArgumentError(field, `expected TABLE or ${d.qualifier}.TABLE of [A-Za-z_][A-Za-z0-9_$]* (at most ${d.identifierMax} characters each), got ${JSON.stringify(name)}`);
+  }
+  return parts.map((p) => d.quote(p)).join('.');
+}
+
+function termValue(value: unknown): number {
+  const n = typeof value === 'bigint' ? Number(value) : Number(value);
+  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError('ledger', `holds ${String(value)}, not a whole number in [0, 2^53)`);
+  return n;
+}
+
+/** A ledger in a SQL table, with its statements and its own transactions. */
+export interface SqlMessageLedger<Db> extends MessageLedger<Db> {
+  /** `CREATE TABLE IF NOT EXISTS` the ledger table. */
+  createTable(): Promise<void>;
+  /** The ledger table's DDL, for a migration of your own. */
+  readonly ddl: string;
+}
+
+/**
+ * A MessageLedger in a table of the application's own database, in the application's own
+ * transaction: `db` is a dedicated connection (pg Client, mysql2/promise Connection, a
+ * better-sqlite3 or node:sqlite database) or a pool (pg Pool, mysql2/promise Pool: one
+ * connection is taken per message and released after). The apply receives that connection as
+ * `tx` and must write through it.
+ */
+export function sqlMessageLedger<Db>(dialect: SqlDialect<Db>, db: Db, options: SqlMessageLedgerOptions = {}): SqlMessageLedger<Db> {
+  if (typeof dialect !== 'object' || dialect === null || typeof dialect.select !== 'function') {
+    throw new InvalidArgumentError('dialect', 'expected postgresDialect, mysqlDialect or sqliteDialect from tenure/fencing');
+  }
+  if (typeof db !== 'object' || db === null) throw new InvalidArgumentError('db', `expected your ${dialect.name} connection, pool or database`);
+  const d = dialect;
+  const table = tableIdent(d, 'table', options.table ?? 'tenure_message_fences');
+  const leaseTable = options.leaseTable === undefined || options.leaseTable === null ? null : tableIdent(d, 'leaseTable', options.leaseTable);
+  const p = (i: number): string => d.placeholder(i);
+  const key = d.name === 'mysql' ? 'VARBINARY(800)' : 'TEXT';
+  const big = d.name === 'sqlite' ? 'INTEGER' : 'BIGINT';
+  const ddl = `CREATE TABLE IF NOT EXISTS ${table} (consumer ${key} NOT NULL, lease ${key} NOT NULL, term ${big} NOT NULL, pos ${big} NOT NULL, PRIMARY KEY (consumer, lease))`;
+  const insertIgnore =
+    d.name === 'postgres'
+      ? `INSERT INTO ${table} (consumer, lease, term, pos) VALUES (${p(1)}, ${p(2)}, 0, 0) ON CONFLICT DO NOTHING`
+      : d.name === 'mysql'
+        ? `INSERT IGNORE INTO ${table} (consumer, lease, term, pos) VALUES (${p(1)}, ${p(2)}, 0, 0)`
+        : `INSERT OR IGNORE INTO ${table} (consumer, lease, term, pos) VALUES (${p(1)}, ${p(2)}, 0, 0)`;
+  // SQLite's BEGIN IMMEDIATE already holds the database's write lock: no row lock to ask for.
+  const lock = d.name === 'sqlite' ? '' : ' FOR UPDATE';
+  const selectMark = `SELECT term, pos FROM ${table} WHERE consumer = ${p(1)} AND lease = ${p(2)}${lock}`;
+  const update = `UPDATE ${table} SET term = ${d.term(p(1))}, pos = ${d.term(p(2))} WHERE consumer = ${p(3)} AND lease = ${p(4)}`;
+  const issuedSql = leaseTable ? `SELECT term FROM ${leaseTable} WHERE name = ${d.lease(p(1))}` : null;
+  const raw = db as unknown;
+
+  async function inTransaction<T>(conn: Db, fn: (tx: Db) => Promise<T>): Promise<T> {
+    const c = conn as unknown;
+    if (d.name === 'mysql' && isMysqlConnection(c)) await c.beginTransaction();
+    else await d.update(conn, d.name === 'sqlite' ? 'BEGIN IMMEDIATE' : 'BEGIN', []);
+    let result: T;
+    try {
+      result = await fn(conn);
+    } catch (err) {
+      try {
+        if (d.name === 'mysql' && isMysqlConnection(c)) await c.rollback();
+        else await d.update(conn, 'ROLLBACK', []);
+      } catch {
+        // the apply's error is the one to report; the connection is released or closed by the caller
+      }
+      throw err;
+    }
+    if (d.name === 'mysql' && isMysqlConnection(c)) await c.commit();
+    else await d.update(conn, 'COMMIT', []);
+    return result;
+  }
+
+  return {
+    ddl,
+    async createTable() {
+      await d.update(db, ddl, []);
+    },
+    async transaction<T>(fn: (tx: Db) => Promise<T>): Promise<T> {
+      if (d.name === 'postgres' && isPgPool(raw)) {
+        const client = await raw.connect();
+        let broken = false;
+        try {
+          return await inTransaction(client as unknown as Db, fn);
+        } catch (err) {
+          broken = true;
+          throw err;
+        } finally {
+          // A client whose transaction failed may be mid-statement: do not hand it to the next user.
+          client.release(broken);
+        }
+      }
+      if (d.name === 'mysql' && isMysqlPool(raw)) {
+        const conn = await raw.getConnection();
+        try {
+          return await inTransaction(conn as unknown as Db, fn);
+        } finally {
+          conn.release();
+        }
+      }
+      return inTransaction(db, fn);
+    },
+    async read(tx, consumer, group) {
+      await d.update(tx, insertIgnore, [consumer, group]);
+      const rows = await d.select(tx, selectMark, [consumer, group]);
+      const row = rows[0];
+      if (!row) return null;
+      const term = termValue(row.term);
+      return term === 0 ? null : { term, position: termValue(row.pos) };
+    },
+    async record(tx, consumer, group, mark) {
+      await d.update(tx, update, [mark.term, mark.position, consumer, group]);
+    },
+    ...(issuedSql
+      ? {
+          async issued(tx: Db, group: string) {
+            const rows = await d.select(tx, issuedSql, [group]);
+            return rows[0] ? termValue(rows[0].term) : null;
+          },
+        }
+      : {}),
+  };
+}

@@ -1,0 +1,160 @@
+/**
+ * The broker-neutral part of fenced messages: the metadata a fenced publish carries, how a
+ * consumer reads it (bad input refused with one clear reason), and the consumer's ledger on each
+ * SQL dialect (PostgreSQL, MySQL, SQLite): applied once, a redelivery acknowledged without a second
+ * apply, a lower term dropped and reported, and an apply that fails leaves nothing recorded.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import mysql from 'mysql2/promise';
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { InvalidArgumentError, NoTokenError, makeToken, onFencedRejection } from '../../src/core/index.js';
+import type { FencedRejection } from '../../src/core/index.js';
+import {
+  FencedConsumer,
+  mysqlDialect,
+  nextMessageFence,
+  postgresDialect,
+  readMessageFence,
+  runFenced,
+  sqlMessageLedger,
+  sqliteDialect,
+} from '../../src/fencing/index.js';
+import type { MessageLedger } from '../../src/fencing/index.js';
+import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
+import { badTokens } from './message-fixtures.js';
+
+describe('fenced message metadata', () => {
+  it('a publish takes the context token and numbers its messages per leadership; outside a leadership it throws', () => {
+    const token = makeToken('meta-ctx', 4);
+    const fences = runFenced({ token }, () => [nextMessageFence('test'), nextMessageFence('test')]);
+    expect(fences.map((f) => [f.tokenText, f.seq])).toEqual([
+      ['meta-ctx#4', 1],
+      ['meta-ctx#4', 2],
+    ]);
+    expect(nextMessageFence('test', { token: makeToken('meta-ctx', 5) })).toMatchObject({ tokenText: 'meta-ctx#5', seq: 1 });
+    expect(() => nextMessageFence('publishFencedNats')).toThrow(NoTokenError);
+    const ended = new AbortController();
+    ended.abort();
+    expect(() => runFenced({ token, signal: ended.signal }, () => nextMessageFence('publishFencedNats'))).toThrow(/has ended/);
+    expect(() => nextMessageFence('test', { token, group: 'other' })).toThrow(InvalidArgumentError);
+  });
+
+  it('bad metadata is refused with one clear reason', () => {
+    for (const bad of badTokens('g')) {
+      expect(() => readMessageFence('g', { token: bad.value, position: 1 }), bad.name).toThrow(bad.reason);
+    }
+    expect(() => readMessageFence('g', { token: undefined, position: 1 })).toThrow(/Fencing-Token: missing/);
+    expect(() => readMessageFence('g', { token: ['g#1', 'g#2'], position: 1 })).toThrow(/expected text/);
+    expect(() => readMessageFence('g', { token: 'g#1', position: undefined })).toThrow(/Fencing-Seq: missing/);
+    expect(() => readMessageFence('g', { token: 'g#1', position: '-3' })).toThrow(/Fencing-Seq: expected a whole number/);
+    expect(() => readMessageFence('g', { token: 'g#1', position: '99999999999999999' })).toThrow(/Fencing-Seq/);
+    expect(readMessageFence('g', { token: Buffer.from('g#3'), position: '12' })).toEqual({ token: { lease: 'g', term: 3 }, position: 12 });
+    expect(readMessageFence('a#b', { token: 'a#b#3', position: 1 }).token).toEqual({ lease: 'a#b', term: 3 });
+  });
+});
+
+interface LedgerHarness {
+  ledger: MessageLedger<unknown>;
+  /** Insert into the application's table through the transaction's connection. */
+  insert(tx: unknown, payload: string): Promise<void>;
+  applied(): Promise<string[]>;
+  close(): Promise<void>;
+}
+
+const dialects: Record<string, () => Promise<LedgerHarness>> = {
+  postgres: async () => {
+    const db = await createPostgresDatabase();
+    const pool = new pg.Pool({ connectionString: db.url, max: 3 });
+    pool.on('error', () => {});
+    await pool.query('CREATE TABLE applied (id serial PRIMARY KEY, payload text)');
+    const ledger = sqlMessageLedger(postgresDialect, pool);
+    await ledger.createTable();
+    return {
+      ledger: ledger as MessageLedger<unknown>,
+      insert: async (tx, payload) => void (await (tx as pg.PoolClient).query('INSERT INTO applied (payload) VALUES ($1)', [payload])),
+      applied: async () => (await pool.query<{ payload: string }>('SELECT payload FROM applied ORDER BY id')).rows.map((r) => r.payload),
+      close: async () => {
+        await pool.end();
+        await db.drop();
+      },
+    };
+  },
+  mysql: async () => {
+    const db = await createMysqlDatabase();
+    const pool = mysql.createPool({ uri: db.url, connectionLimit: 3 });
+    await pool.query('CREATE TABLE applied (id INT AUTO_INCREMENT PRIMARY KEY, payload TEXT)');
+    const ledger = sqlMessageLedger(mysqlDialect, pool);
+    await ledger.createTable();
+    return {
+      ledger: ledger as MessageLedger<unknown>,
+      insert: async (tx, payload) => void (await (tx as mysql.PoolConnection).execute('INSERT INTO applied (payload) VALUES (?)', [payload])),
+      applied: async () => ((await pool.query('SELECT payload FROM applied ORDER BY id'))[0] as { payload: string }[]).map((r) => r.payload),
+      close: async () => {
+        await pool.end();
+        await db.drop();
+      },
+    };
+  },
+  sqlite: async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tenure-msg-'));
+    const db = new Database(join(dir, 'app.db'));
+    db.exec('CREATE TABLE applied (id INTEGER PRIMARY KEY, payload TEXT)');
+    const ledger = sqlMessageLedger(sqliteDialect, db);
+    await ledger.createTable();
+    return {
+      ledger: ledger as MessageLedger<unknown>,
+      insert: async (tx, payload) => void (tx as Database.Database).prepare('INSERT INTO applied (payload) VALUES (?)').run(payload),
+      applied: async () => (db.prepare('SELECT payload FROM applied ORDER BY id').all() as { payload: string }[]).map((r) => r.payload),
+      close: async () => {
+        db.close();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  },
+};
+
+const rejections: FencedRejection[] = [];
+const stopListening = onFencedRejection((r) => rejections.push(r));
+afterAll(() => stopListening());
+
+describe.each(Object.keys(dialects))('message ledger on %s', (name) => {
+  it('applies once, acknowledges a redelivery without applying it, drops a lower term, and records nothing when the apply fails', async () => {
+    const h = await dialects[name]!();
+    try {
+      let failNext = false;
+      const consumer = new FencedConsumer<unknown, string>({
+        group: 'orders',
+        consumer: 'projector',
+        ledger: h.ledger,
+        apply: async (tx, payload) => {
+          await h.insert(tx, payload);
+          if (failNext) throw new Error('apply failed after its insert');
+        },
+      });
+      const at = (term: number, position: number) => ({ token: `orders#${term}`, position: String(position) });
+      expect((await consumer.handle('a', at(3, 1))).outcome).toBe('applied');
+      expect((await consumer.handle('b', at(3, 2))).outcome).toBe('applied');
+      expect(await consumer.handle('b again', at(3, 2))).toMatchObject({ outcome: 'duplicate', reason: /already applied: position 2 <= 2 of term 3/ });
+      expect((await consumer.handle('c', at(4, 1))).outcome).toBe('applied');
+      const before = rejections.length;
+      const stale = await consumer.handle('zombie', at(3, 3));
+      expect(stale).toMatchObject({ outcome: 'stale', reason: /term 3 < 4 for group orders/ });
+      expect(rejections.slice(before)).toHaveLength(1);
+      expect(rejections[before]).toMatchObject({ path: 'message', side: 'guard', error: { lease: 'orders', term: 3, currentTerm: 4 } });
+      expect((await consumer.handle('garbled', { token: 'orders#x', position: '1' })).outcome).toBe('invalid');
+      failNext = true;
+      await expect(consumer.handle('d', at(4, 2))).rejects.toThrow(/apply failed/);
+      failNext = false;
+      // The failed apply's insert and its mark were rolled back together: the message is new again.
+      expect((await consumer.handle('d', at(4, 2))).outcome).toBe('applied');
+      expect(await h.applied()).toEqual(['a', 'b', 'c', 'd']);
+      expect(consumer.counts).toEqual({ applied: 4, duplicate: 1, stale: 1, invalid: 1 });
+    } finally {
+      await h.close();
+    }
+  });
+});

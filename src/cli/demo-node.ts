@@ -34,6 +34,7 @@ export const demoNodeSpec: CommandSpec = {
     interval: { type: 'string', value: 'D', help: 'time between appends while leader (default 80ms)' },
     via: { type: 'string', value: 'PATH', help: `how the leader writes: ${DEMO_PATHS.join(', ')} (default stream)` },
     target: { type: 'string', value: 'T', help: 'where the resource is, for --via other than stream (a SQLite file, a URL)' },
+    channel: { type: 'string', value: 'NAME', help: 'the demo run\'s name on the broker (nats, amqp, mqtt)' },
     'demo-dir': { type: 'string', value: 'DIR', help: 'the demo\'s temporary directory, cleaned up if the demo dies' },
   },
   required: ['store', 'group', 'stream', 'id'],
@@ -69,7 +70,7 @@ export async function demoNodeCommand(argv: readonly string[], io: CliIO): Promi
   const via = (stringOption(values, 'via') ?? 'stream') as DemoVia;
   if (!DEMO_PATHS.includes(via)) throw new InvalidArgumentError('--via', `expected one of ${DEMO_PATHS.join(', ')}, got '${via}'`);
   const store = await openCliStore(storeTarget(stringOption(values, 'store'), io.env));
-  const writer = await openDemoWriter({ via, store, stream, target: stringOption(values, 'target') });
+  const writer = await openDemoWriter({ via, store, stream, id, target: stringOption(values, 'target'), channel: stringOption(values, 'channel') });
   const elector = new LeaderElector({ store, group, id, ttlMs });
 
   let lastError = '';
@@ -111,7 +112,7 @@ export async function demoNodeCommand(argv: readonly string[], io: CliIO): Promi
         say({ event: 'resumed', term: token.term });
       }
       try {
-        await writer.write(token, signal, JSON.stringify({ node: id, owner: elector.owner, n: ++n }));
+        await writer.write(token, JSON.stringify({ node: id, owner: elector.owner, n: ++n }));
       } catch (err) {
         if (err instanceof StaleTermError) {
           say({ event: 'stale', term: err.term, currentTerm: err.currentTerm, message: err.message });

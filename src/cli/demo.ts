@@ -35,6 +35,7 @@ import type { TerminationSignal } from './signals.js';
 import { openCliStore, storeTarget } from './store.js';
 import { openDemoResource } from './demo-resource.js';
 import type { DemoResource } from './demo-resource.js';
+import { BROKER_PATHS, brokerUrl } from './demo-brokers.js';
 import { DEMO_PATHS } from './demo-writer.js';
 import type { DemoVia } from './demo-writer.js';
 
@@ -56,10 +57,14 @@ export const demoSpec: CommandSpec = {
       'resumes the old leader and shows its stale write refused, then kills the new leader (kill -9)\n' +
       'and shows crash failover. It ends with a summary and checks: failover times, terms, refused\n' +
       'stale writes, entries and any safety violation. No process is left behind.',
-    '--via picks the write path the story runs over: stream (tenure\'s fenced stream, the default),\n' +
-      'sql (fencedUpdate of a row in SQLite; the check is in the UPDATE). The checks read the\n' +
-      'resource\'s own record of the writes it applied (the stream, the row\'s history), never the\n' +
-      'writers\' reports: a lower term applied after a higher one is a violation.',
+    '--via picks the write path the story runs over: stream (tenure\'s fenced stream, the default);\n' +
+      'sql (fencedUpdate of a row in SQLite; the check is in the UPDATE); nats (JetStream), amqp\n' +
+      '(RabbitMQ), mqtt (MQTT v5): the token rides in the message metadata and a fenced consumer,\n' +
+      'a process of its own, drops a lower term\'s message. The checks read the resource\'s own\n' +
+      'record of the writes it applied (the stream, the row\'s history), never the writers\' reports.\n' +
+      'The brokers default to this machine\'s (nats://127.0.0.1:4222, amqp://guest:guest@127.0.0.1:5672,\n' +
+      'mqtt://127.0.0.1:1883); --broker URL or TENURE_DEMO_BROKER points elsewhere. An unreachable\n' +
+      'broker is one line and exit code 1.',
     'On a terminal the view is live; otherwise it prints plain lines, or with --json one JSON summary\n' +
       '{ ok, failovers, terms, staleRejected, entries, violations, ... }. Exit code 0 when every step\n' +
       'happened and no violation was found, 1 otherwise, 130 when interrupted.',
@@ -69,9 +74,10 @@ export const demoSpec: CommandSpec = {
     duration: { type: 'string', value: 'S', help: 'how long to run, in seconds or as 20s, 1m (default 15; the steps take about 8 s)' },
     ttl: { type: 'string', value: 'D', help: 'lease time to live (default 1s)' },
     via: { type: 'string', value: 'PATH', help: `the write path: ${DEMO_PATHS.join(', ')} (default stream)` },
+    broker: { type: 'string', value: 'URL', help: 'the broker for --via nats, amqp, mqtt (default: $TENURE_DEMO_BROKER, else the one on this machine)' },
     json: { type: 'boolean', help: 'print one JSON summary instead of the live view' },
   },
-  examples: ['npx tenure demo', 'tenure demo --nodes 5 --duration 30 --json', 'tenure demo --via sql'],
+  examples: ['npx tenure demo', 'tenure demo --nodes 5 --duration 30 --json', 'tenure demo --via sql', 'tenure demo --via nats --broker nats://10.0.0.5:4222'],
 };
 
 class Interrupted extends Error {}
@@ -104,7 +110,11 @@ export async function demoCommand(argv: readonly string[], io: CliIO): Promise<n
   const ttlMs = durationOption(args.values, 'ttl', DEFAULT_TTL_MS, 100, 60_000);
   const json = flagOption(args.values, 'json');
   const via = parseVia(stringOption(args.values, 'via'));
-  const demo = new Demo(io, { nodeCount, durationMs, ttlMs, json, via });
+  const brokerFlag = stringOption(args.values, 'broker');
+  const brokerVia = BROKER_PATHS.find((p) => p === via);
+  if (brokerFlag !== undefined && !brokerVia) throw new InvalidArgumentError('--broker', `is for --via ${BROKER_PATHS.join(', ')}, not --via ${via}`);
+  const broker = brokerVia ? brokerUrl(brokerVia, brokerFlag, io.env) : undefined;
+  const demo = new Demo(io, { nodeCount, durationMs, ttlMs, json, via, broker });
   return demo.run();
 }
 
@@ -130,6 +140,8 @@ interface DemoOptions {
   ttlMs: number;
   json: boolean;
   via: DemoVia;
+  /** The broker's URL, for the broker paths. */
+  broker: string | undefined;
 }
 
 class Demo {
@@ -186,7 +198,20 @@ class Demo {
       const target = storeTarget(`sqlite:${join(this.dir, 'tenure.db')}`, this.io.env);
       this.storeUrl = target.url;
       this.store = await openCliStore(target, 2000);
-      this.resource = await openDemoResource({ via: this.options.via, store: this.store, stream: STREAM, storeFile: join(this.dir, 'tenure.db') });
+      this.resource = await openDemoResource({
+        via: this.options.via,
+        store: this.store,
+        stream: STREAM,
+        storeFile: join(this.dir, 'tenure.db'),
+        dir: this.dir,
+        group: GROUP,
+        broker: this.options.broker,
+        env: this.io.env,
+        bin: binPath(),
+        onSpawn: (pid) => this.addPid(pid),
+        onRefused: (e) => this.refused(e.node, e.message, this.resource?.refusedWhere ?? ''),
+        onNote: (text) => this.note(text),
+      });
       this.view.start(target.display, this.resource.description);
       ticker = setInterval(() => void this.tick(), TICK_MS);
       try {
@@ -337,8 +362,7 @@ class Demo {
     node.term = null;
     node.expectedExit = false;
     node.stderrTail = [];
-    if (proc.pid) this.pids.push(proc.pid);
-    writeFileSync(join(this.dir, NODES_FILE), JSON.stringify(this.pids));
+    if (proc.pid) this.addPid(proc.pid);
     node.exited = new Promise<void>((resolve) => {
       proc.once('exit', (code, sig) => {
         if (node.proc === proc) {
@@ -400,9 +424,10 @@ class Demo {
         node.freezeAsked = false;
         break;
       case 'stale':
-        node.staleRefused++;
-        this.staleRejected++;
-        this.note(`${node.name}'s write refused: ${e.message}`);
+        // Counted once: here when only the writer hears of it (the store, the SQL statement);
+        // else the resource process reports it (the HTTP guard), and the writer just heard the 409.
+        if (this.resource?.refusalsFrom === 'writer') this.refused(node.name, e.message, this.resource.refusedWhere);
+        else this.note(`${node.name} heard its write refused (${e.message})`);
         break;
       case 'store-error':
         this.note(`${node.name}: store error: ${e.message}`);
@@ -410,6 +435,20 @@ class Demo {
       case 'stopped':
         break;
     }
+  }
+
+  /** A write refused as stale: counted for the node that sent it. */
+  private refused(nodeName: string | null, message: string, where: string): void {
+    const node = this.nodes.find((n) => n.name === nodeName);
+    if (node) node.staleRefused++;
+    this.staleRejected++;
+    this.note(`${nodeName ?? 'a node'}'s write refused${where ? ` ${where}` : ''}: ${message}`);
+  }
+
+  /** A process the demo started: stopped at the end, listed for the nodes' clean-up if the demo dies. */
+  private addPid(pid: number): void {
+    this.pids.push(pid);
+    writeFileSync(join(this.dir, NODES_FILE), JSON.stringify(this.pids));
   }
 
   private leader(): DemoNode | null {

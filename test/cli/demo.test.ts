@@ -4,22 +4,12 @@
  */
 import { spawn } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
+import { expectTheStory } from './demo-story.js';
+import type { DemoSummaryJson as Summary } from './demo-story.js';
 import { BIN, cleanUp, processAlive, sandbox, tenure, waitUntil } from './helpers.js';
 
 afterAll(cleanUp);
 
-interface Summary {
-  ok: boolean;
-  via: string;
-  failovers: Array<{ cause: string; from: string; fromTerm: number; to: string; toTerm: number; ms: number }>;
-  terms: Array<{ term: number; node: string; entries: number }>;
-  staleRejected: number;
-  entries: number;
-  violations: string[];
-  problems: string[];
-  pids: number[];
-  interrupted: boolean;
-}
 
 describe('tenure demo', () => {
   it('prints one JSON summary: two failovers, a stale write refused, no violations', { timeout: 120_000 }, async () => {
@@ -45,7 +35,7 @@ describe('tenure demo', () => {
     const r = await tenure(box, ['demo', '--via', 'sql', '--duration', '3'], { timeoutMs: 110_000 });
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toContain('fencedUpdate of row demo_row.demo');
-    expect(r.stdout).toMatch(/node-\d's write refused: stale fencing token: term \d+ < \d+ for group demo/);
+    expect(r.stdout).toMatch(/node-\d's write refused by the UPDATE: stale fencing token: term \d+ < \d+ for group demo/);
     expect(r.stdout).toMatch(/stepped down from term \d+ \(fenced\)/);
     expect(r.stdout).toContain('written via  sql');
   });
@@ -82,28 +72,3 @@ describe('tenure demo', () => {
     });
   }
 });
-
-/** The story happened, and the resource's own record shows no stale write. */
-function expectTheStory(summary: Summary): void {
-  expect(summary.violations).toEqual([]);
-  expect(summary.problems).toEqual([]);
-  expect(summary.ok).toBe(true);
-  expect(summary.interrupted).toBe(false);
-  expect(summary.staleRejected).toBeGreaterThanOrEqual(1);
-  expect(summary.failovers.map((f) => f.cause)).toEqual(['pause', 'crash']);
-  for (const f of summary.failovers) {
-    expect(f.toTerm).toBeGreaterThan(f.fromTerm);
-    expect(f.to).not.toBe(f.from);
-    expect(f.ms).toBeGreaterThan(0);
-  }
-  const terms = summary.terms.map((t) => t.term);
-  expect(terms).toEqual([...terms].sort((a, b) => a - b));
-  expect(new Set(terms).size).toBe(terms.length);
-  expect(summary.entries).toBeGreaterThan(0);
-  expect(summary.terms.reduce((n, t) => n + t.entries, 0)).toBe(summary.entries);
-  // The new leader's writes landed on the resource.
-  const pause = summary.failovers[0]!;
-  expect(summary.terms.find((t) => t.term === pause.toTerm)?.entries ?? 0).toBeGreaterThan(0);
-  expect(summary.pids.length).toBeGreaterThanOrEqual(4); // three nodes and the restarted one
-  for (const pid of summary.pids) expect(processAlive(pid)).toBe(false);
-}

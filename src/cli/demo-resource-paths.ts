@@ -1,0 +1,135 @@
+/**
+ * How `tenure demo-resource` serves each path: the fence is checked where the write lands, in the
+ * same SQLite transaction as the write to the demo row (see demo-ledger.ts).
+ */
+import type { FencingToken } from '../core/index.js';
+import { FencedConsumer, consumeFencedJetStream, fencedMqttAcks, handleAmqpMessage, sqlMessageLedger, sqliteDialect } from '../fencing/index.js';
+import type { AmqpMessage, JetStreamMessage, MessageVerdict, MqttPacket, SqliteDatabase } from '../fencing/index.js';
+import { channelNames, connectAmqp, connectMqtt, connectNats, natsModule } from './demo-brokers.js';
+import { LEDGER_ROW, LEDGER_TABLE } from './demo-ledger.js';
+import type { ResourceContext, ServedResource } from './demo-resource-process.js';
+
+/** The consumer's durable name (the JetStream consumer and the ledger's row). */
+const CONSUMER = 'demo-resource';
+
+export async function serveResource(ctx: ResourceContext): Promise<ServedResource> {
+  switch (ctx.via) {
+    case 'nats':
+      return serveNats(ctx);
+    case 'amqp':
+      return serveAmqp(ctx);
+    case 'mqtt':
+      return serveMqtt(ctx);
+  }
+}
+
+/** The write: the payload on the demo row, with the term that wrote it (the trigger records the history). */
+function applyToRow(ctx: ResourceContext): (tx: SqliteDatabase, payload: string, token: FencingToken) => Promise<void> {
+  const update = ctx.db.prepare(`UPDATE ${LEDGER_TABLE} SET value = ?, last_fence_token = ?, last_fence_lease = ? WHERE id = ?`);
+  return async (_tx, payload, token) => {
+    const { changes } = update.run(payload, token.term, token.lease, LEDGER_ROW);
+    if (Number(changes) !== 1) throw new Error(`the demo row ${LEDGER_TABLE}.${LEDGER_ROW} is missing`);
+  };
+}
+
+/** A consumer of the demo group applying each message's payload to the row, in the ledger's transaction. */
+async function consumerOf<M>(ctx: ResourceContext, payloadOf: (m: M) => string): Promise<FencedConsumer<SqliteDatabase, M>> {
+  const ledger = sqlMessageLedger(sqliteDialect, ctx.db);
+  await ledger.createTable();
+  const apply = applyToRow(ctx);
+  return new FencedConsumer<SqliteDatabase, M>({
+    group: ctx.group,
+    consumer: CONSUMER,
+    ledger,
+    apply: (tx, message, fence) => apply(tx, payloadOf(message), fence.token),
+    onSkip: (verdict, message) => report(ctx, verdict, payloadOf(message)),
+  });
+}
+
+function report(ctx: ResourceContext, verdict: MessageVerdict, payload: string): void {
+  if (verdict.outcome === 'stale') ctx.refused(verdict.error, payload);
+  else if (verdict.outcome === 'invalid') ctx.error(`a message was refused: ${verdict.reason}`);
+}
+
+function required(value: string | undefined, what: string): string {
+  if (value === undefined || value === '') throw new Error(`demo-resource needs ${what}`);
+  return value;
+}
+
+/** JetStream: a stream of the run's subject (in memory) and a durable consumer, acked after the apply commits. */
+async function serveNats(ctx: ResourceContext): Promise<ServedResource> {
+  const url = required(ctx.broker, '--broker');
+  const { subject, stream } = channelNames(required(ctx.channel, '--channel'));
+  const { AckPolicy, StorageType } = natsModule();
+  const nc = await connectNats(url, CONSUMER);
+  try {
+    const jsm = await nc.jetstreamManager();
+    await jsm.streams.add({ name: stream, subjects: [subject], storage: StorageType.Memory });
+    await jsm.consumers.add(stream, { durable_name: CONSUMER, ack_policy: AckPolicy.Explicit });
+    // A nats JsMsg: the fencing adapter's structural type names only what it reads; the payload is `data`.
+    const consumer = await consumerOf<JetStreamMessage>(ctx, (m) => Buffer.from((m as JetStreamMessage & { data: Uint8Array }).data).toString('utf8'));
+    const messages = await (await nc.jetstream().consumers.get(stream, CONSUMER)).consume();
+    const done = consumeFencedJetStream(messages, consumer).catch((err: unknown) => ctx.error(`consumer stopped: ${(err as Error).message}`));
+    return {
+      close: async () => {
+        await messages.close().catch(() => {});
+        await done;
+        await jsm.streams.delete(stream).catch(() => {});
+        await nc.close();
+      },
+    };
+  } catch (err) {
+    await nc.close().catch(() => {});
+    throw err;
+  }
+}
+
+/** RabbitMQ: a queue of the run's own, one delivery at a time, acked after the apply commits. */
+async function serveAmqp(ctx: ResourceContext): Promise<ServedResource> {
+  const url = required(ctx.broker, '--broker');
+  const { queue } = channelNames(required(ctx.channel, '--channel'));
+  const conn = await connectAmqp(url);
+  conn.on('error', (err: Error) => ctx.error(`RabbitMQ: ${err.message}`));
+  try {
+    const ch = await conn.createChannel();
+    await ch.assertQueue(queue, { durable: false });
+    await ch.prefetch(1);
+    const consumer = await consumerOf<AmqpMessage>(ctx, (m) => m.content.toString('utf8'));
+    await ch.consume(queue, (msg) => {
+      if (msg === null) return ctx.error('RabbitMQ cancelled the consumer');
+      handleAmqpMessage(consumer, ch, msg).catch((err: unknown) => ctx.error(`apply failed: ${(err as Error).message}`));
+    });
+    return {
+      close: async () => {
+        await ch.deleteQueue(queue).catch(() => {});
+        await conn.close().catch(() => {});
+      },
+    };
+  } catch (err) {
+    await conn.close().catch(() => {});
+    throw err;
+  }
+}
+
+/** MQTT v5: a QoS 1 subscription; each message is applied before its PUBACK leaves (customHandleAcks). */
+async function serveMqtt(ctx: ResourceContext): Promise<ServedResource> {
+  const url = required(ctx.broker, '--broker');
+  const { topic } = channelNames(required(ctx.channel, '--channel'));
+  const consumer = await consumerOf<MqttPacket>(ctx, (m) => m.payload.toString());
+  const acks = fencedMqttAcks(consumer, (verdict) => {
+    if (verdict instanceof Error) ctx.error(`apply failed: ${verdict.message}`);
+  });
+  const client = await connectMqtt(url, `${CONSUMER}-${process.pid}`, { customHandleAcks: acks, clean: true });
+  client.on('error', (err) => ctx.error(`MQTT: ${err.message}`));
+  try {
+    await client.subscribeAsync(topic, { qos: 1 });
+  } catch (err) {
+    await client.endAsync().catch(() => {});
+    throw err;
+  }
+  return {
+    close: async () => {
+      await client.endAsync().catch(() => {});
+    },
+  };
+}

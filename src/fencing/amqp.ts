@@ -29,9 +29,9 @@ export interface AmqpMessage {
 }
 
 /** An amqplib channel a consumer settles its deliveries on. */
-export interface AmqpConsumerChannel {
-  ack(message: AmqpMessage): void;
-  nack(message: AmqpMessage, allUpTo?: boolean, requeue?: boolean): void;
+export interface AmqpConsumerChannel<M extends AmqpMessage = AmqpMessage> {
+  ack(message: M): void;
+  nack(message: M, allUpTo?: boolean, requeue?: boolean): void;
 }
 
 export interface FencedAmqpPublishOptions extends FencedPublishOptions {
@@ -65,7 +65,7 @@ export function publishFencedAmqp(channel: AmqpChannel, exchange: string, routin
  * dead-letter exchange). When the apply or the ledger fails, nothing was committed: the delivery
  * is nack'ed with requeue and the error rethrown.
  */
-export async function handleAmqpMessage<Tx>(consumer: FencedConsumer<Tx, AmqpMessage>, channel: AmqpConsumerChannel, msg: AmqpMessage): Promise<MessageVerdict> {
+export async function handleAmqpMessage<Tx, M extends AmqpMessage>(consumer: FencedConsumer<Tx, M>, channel: AmqpConsumerChannel<M>, msg: M): Promise<MessageVerdict> {
   const headers = msg.properties.headers ?? {};
   let verdict: MessageVerdict;
   try {

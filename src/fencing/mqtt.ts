@@ -66,7 +66,7 @@ export interface MqttPacket {
 }
 
 /** mqtt's `customHandleAcks` option: called for every QoS 1 and 2 publish before its acknowledgement. */
-export type MqttAckHandler = (topic: string, message: Buffer, packet: MqttPacket, done: (error: Error | number, code?: number) => void) => void;
+export type MqttAckHandler<M extends MqttPacket = MqttPacket> = (topic: string, message: Buffer, packet: M, done: (error: Error | number, code?: number) => void) => void;
 
 /**
  * The `customHandleAcks` for an mqtt v5 client that consumes through `consumer`: each QoS 1/2
@@ -75,7 +75,7 @@ export type MqttAckHandler = (topic: string, message: Buffer, packet: MqttPacket
  * and emits the error on the client. `onVerdict` hears every verdict (and every failure).
  * Subscribe at QoS 1: QoS 0 messages are never passed to this handler.
  */
-export function fencedMqttAcks<Tx>(consumer: FencedConsumer<Tx, MqttPacket>, onVerdict?: (verdict: MessageVerdict | Error, packet: MqttPacket) => void): MqttAckHandler {
+export function fencedMqttAcks<Tx, M extends MqttPacket = MqttPacket>(consumer: FencedConsumer<Tx, M>, onVerdict?: (verdict: MessageVerdict | Error, packet: M) => void): MqttAckHandler<M> {
   return (_topic, _message, packet, done) => {
     const props = packet.properties?.userProperties ?? {};
     consumer.handle(packet, { token: props[FENCING_TOKEN_HEADER], position: props[FENCING_SEQ_HEADER] }).then(

@@ -97,13 +97,22 @@ function header(h: NatsHeaders | undefined, key: string): string | string[] | un
 /** The longest reason a JetStream `term` carries (it travels in the ack subject's payload). */
 const REASON_MAX = 200;
 
+export interface FencedJetStreamOptions {
+  /**
+   * Send the refusal's reason with the `+TERM` (the server's MSG_TERMINATED advisory carries it).
+   * Needs nats-server 2.10.4 or later: an older server ignores a `+TERM` with a reason and
+   * redelivers the message. Default false: the reason is in the verdict (and `onSkip`).
+   */
+  readonly termReason?: boolean;
+}
+
 /**
  * Decide, apply (in the ledger's transaction) and settle one JetStream message: acknowledged when
- * applied now or before (a redelivery), terminated with the reason when refused (a stale term, no
- * token, a malformed one). When the apply or the ledger fails, nothing was committed: the message
- * is nak'ed (redelivered later) and the error is rethrown.
+ * applied now or before (a redelivery), terminated (`+TERM`: never redelivered) when refused (a
+ * stale term, no token, a malformed one). When the apply or the ledger fails, nothing was
+ * committed: the message is nak'ed (redelivered later) and the error is rethrown.
  */
-export async function handleJetStreamMessage<Tx>(consumer: FencedConsumer<Tx, JetStreamMessage>, msg: JetStreamMessage): Promise<MessageVerdict> {
+export async function handleJetStreamMessage<Tx, M extends JetStreamMessage>(consumer: FencedConsumer<Tx, M>, msg: M, options: FencedJetStreamOptions = {}): Promise<MessageVerdict> {
   let verdict: MessageVerdict;
   try {
     verdict = await consumer.handle(msg, { token: header(msg.headers, FENCING_TOKEN_HEADER), position: msg.seq });
@@ -112,7 +121,8 @@ export async function handleJetStreamMessage<Tx>(consumer: FencedConsumer<Tx, Je
     throw err;
   }
   if (settles(verdict) === 'ack') msg.ack();
-  else msg.term(`tenure: ${'reason' in verdict ? verdict.reason : verdict.outcome}`.slice(0, REASON_MAX));
+  else if (options.termReason) msg.term(`tenure: ${'reason' in verdict ? verdict.reason : verdict.outcome}`.slice(0, REASON_MAX));
+  else msg.term();
   return verdict;
 }
 
@@ -121,13 +131,13 @@ export async function handleJetStreamMessage<Tx>(consumer: FencedConsumer<Tx, Je
  * through `consumer`, one at a time, until the iterator ends or `signal` aborts. An apply that
  * throws stops the loop (its message nak'ed) with that error.
  */
-export async function consumeFencedJetStream<Tx>(messages: AsyncIterable<JetStreamMessage>, consumer: FencedConsumer<Tx, JetStreamMessage>, options: { readonly signal?: AbortSignal } = {}): Promise<void> {
+export async function consumeFencedJetStream<Tx, M extends JetStreamMessage>(messages: AsyncIterable<M>, consumer: FencedConsumer<Tx, M>, options: FencedJetStreamOptions & { readonly signal?: AbortSignal } = {}): Promise<void> {
   for await (const msg of messages) {
     if (options.signal?.aborted) {
       msg.nak();
       return;
     }
-    await handleJetStreamMessage(consumer, msg);
+    await handleJetStreamMessage(consumer, msg, options);
   }
 }
 
@@ -135,6 +145,6 @@ export async function consumeFencedJetStream<Tx>(messages: AsyncIterable<JetStre
  * Decide and apply one core NATS message (no acknowledgement, no redelivery); its position is the
  * publisher's Fencing-Seq. Rejects when the apply failed.
  */
-export function handleNatsMessage<Tx>(consumer: FencedConsumer<Tx, NatsMessage>, msg: NatsMessage): Promise<MessageVerdict> {
+export function handleNatsMessage<Tx, M extends NatsMessage>(consumer: FencedConsumer<Tx, M>, msg: M): Promise<MessageVerdict> {
   return consumer.handle(msg, { token: header(msg.headers, FENCING_TOKEN_HEADER), position: header(msg.headers, FENCING_SEQ_HEADER) });
 }

@@ -1,0 +1,141 @@
+/**
+ * Fenced messages on the real NATS JetStream server on this machine (127.0.0.1:4222): the token
+ * rides in the headers, the consumer applies in the ledger's PostgreSQL transaction, a zombie's
+ * publish after the takeover is terminated and never applied, and bad headers are refused with a
+ * clear reason and never applied. Each test has its own stream, subjects and durable consumer.
+ */
+import { AckPolicy, connect, headers } from 'nats';
+import type { ConsumerMessages, JetStreamClient, JetStreamManager, NatsConnection } from 'nats';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { NoTokenError, makeToken } from '../../src/core/index.js';
+import { consumeFencedJetStream, handleNatsMessage, publishFencedJetStream, publishFencedNats, runFenced } from '../../src/fencing/index.js';
+import type { JetStreamMessage, MessageVerdict, NatsMessage } from '../../src/fencing/index.js';
+import { pollUntil } from '../fixtures/harness.js';
+import { appliedConsumer, appliedDb, badTokens, uniqueName } from './message-fixtures.js';
+import type { AppliedDb } from './message-fixtures.js';
+
+const NATS_URL = process.env.TENURE_TEST_NATS_URL ?? '127.0.0.1:4222';
+
+let nc: NatsConnection;
+let js: JetStreamClient;
+let jsm: JetStreamManager;
+const cleanups: (() => Promise<unknown>)[] = [];
+
+beforeAll(async () => {
+  nc = await connect({ servers: NATS_URL });
+  js = nc.jetstream();
+  jsm = await nc.jetstreamManager();
+});
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+});
+afterAll(async () => {
+  await nc.drain();
+});
+
+async function stream(): Promise<{ name: string; subject: string; durable: string }> {
+  const name = uniqueName('fenced');
+  await jsm.streams.add({ name, subjects: [`${name}.>`] });
+  cleanups.push(() => jsm.streams.delete(name));
+  const durable = 'projector';
+  await jsm.consumers.add(name, { durable_name: durable, ack_policy: AckPolicy.Explicit, ack_wait: 5_000_000_000 });
+  return { name, subject: `${name}.orders`, durable };
+}
+
+async function db(): Promise<AppliedDb> {
+  const d = await appliedDb();
+  cleanups.push(() => d.close());
+  return d;
+}
+
+/** Run a fenced consumer over the durable until stopped. */
+async function consuming(s: { name: string; durable: string }, d: AppliedDb, group: string) {
+  const { consumer, verdicts } = appliedConsumer<JetStreamMessage>(d.pool, group, (m) => new TextDecoder().decode((m as unknown as { data: Uint8Array }).data));
+  const messages: ConsumerMessages = await (await js.consumers.get(s.name, s.durable)).consume({ max_messages: 100 });
+  const loop = consumeFencedJetStream(messages, consumer);
+  cleanups.push(async () => {
+    await messages.close();
+    await loop.catch(() => undefined);
+  });
+  return { consumer, verdicts, loop, messages };
+}
+
+async function settled(s: { name: string; durable: string }): Promise<boolean> {
+  const info = await jsm.consumers.info(s.name, s.durable);
+  return info.num_pending === 0 && info.num_ack_pending === 0;
+}
+
+describe('fenced messages on NATS JetStream', () => {
+  it("a zombie's publish after the takeover is terminated, counted and never applied", async () => {
+    const s = await stream();
+    const d = await db();
+    const group = uniqueName('orders');
+    const old = makeToken(group, 7);
+    const next = makeToken(group, 8);
+    await runFenced({ token: old }, () => publishFencedJetStream(js, s.subject, 'old-1'));
+    await runFenced({ token: next }, () => publishFencedJetStream(js, s.subject, 'new-1'));
+    // The old leader resumes after the takeover and publishes with its old token.
+    const zombie = await runFenced({ token: old }, () => publishFencedJetStream(js, s.subject, 'zombie'));
+    expect(zombie.fence.tokenText).toBe(`${group}#7`);
+    await runFenced({ token: next }, () => publishFencedJetStream(js, s.subject, 'new-2'));
+    const { consumer, verdicts } = await consuming(s, d, group);
+    await pollUntil('all four settled', 20_000, async () => consumer.counts.applied + consumer.counts.stale === 4 && (await settled(s)));
+    expect(await d.applied()).toEqual(['old-1', 'new-1', 'new-2']);
+    expect(consumer.counts).toEqual({ applied: 3, duplicate: 0, stale: 1, invalid: 0 });
+    expect(verdicts[0]).toMatchObject({ outcome: 'stale', reason: new RegExp(`term 7 < 8 for group ${group}`), position: zombie.seq });
+  });
+
+  it('publishing outside a leadership throws NoTokenError and sends nothing', async () => {
+    const s = await stream();
+    await expect(publishFencedJetStream(js, s.subject, 'x')).rejects.toThrow(NoTokenError);
+    expect(() => publishFencedNats(nc, s.subject, 'x')).toThrow(NoTokenError);
+    expect((await jsm.streams.info(s.name)).state.messages).toBe(0);
+  });
+
+  it('bad headers (none, garbled, term -1, 2^63, another group, huge, two tokens) are terminated with a clear reason and never applied', async () => {
+    const s = await stream();
+    const d = await db();
+    const group = uniqueName('orders');
+    const bad = badTokens(group);
+    for (const b of bad) {
+      const h = headers();
+      h.set('Fencing-Token', b.value);
+      await js.publish(s.subject, b.name, { headers: h });
+    }
+    await js.publish(s.subject, 'no headers');
+    const two = headers();
+    two.append('Fencing-Token', `${group}#1`);
+    two.append('Fencing-Token', `${group}#2`);
+    await js.publish(s.subject, 'two tokens', { headers: two });
+    await publishFencedJetStream(js, s.subject, 'good', { token: makeToken(group, 1) });
+    const total = bad.length + 3;
+    const { consumer, verdicts } = await consuming(s, d, group);
+    await pollUntil('all settled', 20_000, async () => consumer.counts.applied + consumer.counts.invalid === total && (await settled(s)));
+    expect(await d.applied()).toEqual(['good']);
+    expect(consumer.counts.invalid).toBe(total - 1);
+    const reasons = verdicts.map((v: MessageVerdict) => ('reason' in v ? v.reason : ''));
+    bad.forEach((b, i) => expect(reasons[i], b.name).toMatch(b.reason));
+    expect(reasons[bad.length]).toMatch(/Fencing-Token: missing/);
+    expect(reasons[bad.length + 1]).toMatch(/Fencing-Token: expected text/);
+  });
+
+  it('core NATS: the headers carry the token and the sequence; a lower term is dropped', async () => {
+    const d = await db();
+    const group = uniqueName('orders');
+    const subject = uniqueName('core');
+    const { consumer } = appliedConsumer<NatsMessage>(d.pool, group, (m) => new TextDecoder().decode((m as unknown as { data: Uint8Array }).data));
+    const sub = nc.subscribe(subject);
+    const seen: MessageVerdict[] = [];
+    const loop = (async () => {
+      for await (const m of sub) seen.push(await handleNatsMessage(consumer, m));
+    })();
+    runFenced({ token: makeToken(group, 2) }, () => publishFencedNats(nc, subject, 'a'));
+    runFenced({ token: makeToken(group, 3) }, () => publishFencedNats(nc, subject, 'b'));
+    runFenced({ token: makeToken(group, 2) }, () => publishFencedNats(nc, subject, 'zombie'));
+    await pollUntil('three handled', 10_000, () => seen.length === 3);
+    sub.unsubscribe();
+    await loop;
+    expect(seen.map((v) => v.outcome)).toEqual(['applied', 'applied', 'stale']);
+    expect(await d.applied()).toEqual(['a', 'b']);
+  });
+});

@@ -43,6 +43,20 @@ export interface SqlDialect<Db> {
   select(db: Db, sql: string, values: readonly unknown[]): Promise<readonly Record<string, unknown>[]>;
   /** The missing column or table this error reports, or null for any other error. */
   missing(err: unknown): MissingObject | null;
+
+  // The fence table of the HTTP guard (http-guard.ts): one row per group, its highest term.
+  /** Appended to a SELECT: lock the rows read until the transaction ends, shared with other such readers. */
+  readonly lockShared: string;
+  /** Appended to a SELECT: lock the rows read exclusively until the transaction ends. */
+  readonly lockExclusive: string;
+  /** `CREATE TABLE IF NOT EXISTS` for a fence table `table` (quoted, maybe qualified): `name` the group, `term` its highest term. */
+  fenceTableDdl(table: string): string;
+  /** Insert (name, term) at placeholders 1 and 2 into a fence table, or raise its term to the higher of the two. */
+  raiseFence(table: string): string;
+  /** The error is a deadlock, serialization failure or lock timeout: nothing of the statement applied; a retry may succeed. */
+  contended(err: unknown): boolean;
+  /** Whether `db` is inside a transaction, when its driver tells (undefined: cannot tell). */
+  inTransaction(db: Db): boolean | undefined;
 }
 
 function errorFields(err: unknown): { code: unknown; errno: unknown; message: string } {
@@ -82,6 +96,13 @@ export const postgresDialect: SqlDialect<PgQueryable> = {
     if (code === '42P01') return matched('table', /relation "([^"]+)"/, message);
     return null;
   },
+  lockShared: ' FOR SHARE',
+  lockExclusive: ' FOR UPDATE',
+  fenceTableDdl: (table) => `CREATE TABLE IF NOT EXISTS ${table} (name text PRIMARY KEY, term bigint NOT NULL CHECK (term >= 1))`,
+  raiseFence: (table) => `INSERT INTO ${table} AS f (name, term) VALUES ($1::text, $2::bigint) ON CONFLICT (name) DO UPDATE SET term = GREATEST(f.term, EXCLUDED.term)`,
+  // deadlock_detected, serialization_failure, lock_not_available
+  contended: (err) => ['40P01', '40001', '55P03'].includes(String(errorFields(err).code)),
+  inTransaction: () => undefined,
 };
 
 /** A mysql2/promise Pool, Connection or PoolConnection (also inside the caller's own transaction). */
@@ -121,6 +142,14 @@ export const mysqlDialect: SqlDialect<MysqlExecutor> = {
     if (errno === 1146 /* ER_NO_SUCH_TABLE */) return matched('table', /table '([^']+)'/i, message);
     return null;
   },
+  lockShared: ' LOCK IN SHARE MODE',
+  lockExclusive: ' FOR UPDATE',
+  // The group byte for byte (VARBINARY: no collation folds 'Billing' into 'billing'); 200 characters of up to 4 bytes.
+  fenceTableDdl: (table) => `CREATE TABLE IF NOT EXISTS ${table} (name VARBINARY(800) NOT NULL PRIMARY KEY, term BIGINT NOT NULL) ENGINE=InnoDB`,
+  raiseFence: (table) => `INSERT INTO ${table} (name, term) VALUES (?, ?) ON DUPLICATE KEY UPDATE term = GREATEST(term, VALUES(term))`,
+  // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+  contended: (err) => [1213, 1205].includes(Number(errorFields(err).errno)),
+  inTransaction: () => undefined,
 };
 
 /** A better-sqlite3 Database or a node:sqlite DatabaseSync (also inside the caller's own transaction). */
@@ -154,5 +183,21 @@ export const sqliteDialect: SqlDialect<SqliteDatabase> = {
   missing: (err) => {
     const { message } = errorFields(err);
     return matched('column', /no such column: (\S+)/, message) ?? matched('table', /no such table: (\S+)/, message);
+  },
+  // The writer's BEGIN IMMEDIATE holds the whole database's write lock: rows need no locks of their own.
+  lockShared: '',
+  lockExclusive: '',
+  fenceTableDdl: (table) => `CREATE TABLE IF NOT EXISTS ${table} (name TEXT NOT NULL PRIMARY KEY, term INTEGER NOT NULL CHECK (term >= 1))`,
+  raiseFence: (table) => `INSERT INTO ${table} (name, term) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET term = max(term, excluded.term)`,
+  contended: (err) => {
+    // better-sqlite3: code SQLITE_BUSY(_…); node:sqlite: errcode 5 (SQLITE_BUSY) in its low byte.
+    const { code } = errorFields(err);
+    const errcode = (err as { errcode?: unknown } | null)?.errcode;
+    return (typeof code === 'string' && /^SQLITE_BUSY(_|$)/.test(code)) || (typeof errcode === 'number' && (errcode & 0xff) === 5);
+  },
+  // better-sqlite3's inTransaction; node:sqlite's isTransaction (Node >= 22.16).
+  inTransaction: (db) => {
+    const d = db as { inTransaction?: unknown; isTransaction?: unknown };
+    return typeof d.inTransaction === 'boolean' ? d.inTransaction : typeof d.isTransaction === 'boolean' ? d.isTransaction : undefined;
   },
 };

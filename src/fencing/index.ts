@@ -7,7 +7,9 @@
  *   leader's work, and a fenced helper called outside a leadership throws, never writes unfenced;
  * - `fencedUpdate`, the fenced row on the user's own SQL table, for PostgreSQL, MySQL and SQLite,
  *   built on a small dialect object (`postgresDialect`, `mysqlDialect`, `sqliteDialect`);
- * - the helpers that carry a token to the resource it guards: HTTP, messages, SQL commands.
+ * - HTTP: `fencedFetch` / `fencingHeaders` on the client, `httpFence` (node:http, Express, Fastify
+ *   middleware and a guard checking the term in the handler's own transaction) on the server;
+ * - the helpers that carry a token to the resource it guards: messages, SQL commands.
  *
  * This folder imports only `core/`; the drivers are the caller's, passed in.
  */
@@ -17,8 +19,8 @@ export { fencedUpdate, type FencedUpdate, type FencedUpdateResult } from './fenc
 export { postgresDialect, mysqlDialect, sqliteDialect } from './dialects.js';
 export type { SqlDialect, MissingObject, PgQueryable, MysqlExecutor, SqliteDatabase } from './dialects.js';
 export type { RowValue } from './rows.js';
+// FENCING_TOKEN_HEADER ('Fencing-Token') is the same name on HTTP and in message metadata: exported once, from http.js.
 export {
-  FENCING_TOKEN_HEADER,
   FENCING_SEQ_HEADER,
   messageLimits,
   nextMessageFence,
@@ -43,3 +45,7 @@ export { publishFencedAmqp, handleAmqpMessage } from './amqp.js';
 export type { AmqpChannel, AmqpMessage, AmqpConsumerChannel, AmqpPublishOptions, FencedAmqpPublishOptions } from './amqp.js';
 export { publishFencedMqtt, fencedMqttAcks, MQTT_REFUSED_REASON } from './mqtt.js';
 export type { MqttPublisher, MqttPublishOptions, MqttPacket, MqttAckHandler, FencedMqttPublishOptions } from './mqtt.js';
+export { fencedFetch, fencingHeaders, checkFencedResponse, formatFencingHeader, parseFencingHeader, FENCING_TOKEN_HEADER, FENCING_HEADER_MAX, FENCING_PROBLEMS } from './http.js';
+export type { FencingProblem, FencingHeader, FencedRequestInit } from './http.js';
+export { httpFence, HttpFence } from './http-guard.js';
+export type { HttpFenceOptions, HttpFenceGuard, Fenced, FencedRequestHead, ProblemResponse, FastifyLike, FastifyRequestLike, FastifyReplyLike, FastifyFencePlugin } from './http-guard.js';

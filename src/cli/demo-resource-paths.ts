@@ -2,8 +2,12 @@
  * How `tenure demo-resource` serves each path: the fence is checked where the write lands, in the
  * same SQLite transaction as the write to the demo row (see demo-ledger.ts).
  */
+import { createServer } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { StaleTermError } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
-import { FencedConsumer, consumeFencedJetStream, fencedMqttAcks, handleAmqpMessage, sqlMessageLedger, sqliteDialect } from '../fencing/index.js';
+import { FencedConsumer, consumeFencedJetStream, fencedMqttAcks, handleAmqpMessage, httpFence, sqlMessageLedger, sqliteDialect } from '../fencing/index.js';
 import type { AmqpMessage, JetStreamMessage, MessageVerdict, MqttPacket, SqliteDatabase } from '../fencing/index.js';
 import { channelNames, connectAmqp, connectMqtt, connectNats, natsModule } from './demo-brokers.js';
 import { LEDGER_ROW, LEDGER_TABLE } from './demo-ledger.js';
@@ -14,6 +18,8 @@ const CONSUMER = 'demo-resource';
 
 export async function serveResource(ctx: ResourceContext): Promise<ServedResource> {
   switch (ctx.via) {
+    case 'http':
+      return serveHttp(ctx);
     case 'nats':
       return serveNats(ctx);
     case 'amqp':
@@ -54,6 +60,84 @@ function report(ctx: ResourceContext, verdict: MessageVerdict, payload: string):
 function required(value: string | undefined, what: string): string {
   if (value === undefined || value === '') throw new Error(`demo-resource needs ${what}`);
   return value;
+}
+
+/** The longest request body the demo service reads, bytes (a node's payload is far smaller). */
+const BODY_MAX = 64 * 1024;
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > BODY_MAX) {
+        reject(new Error(`request body over ${BODY_MAX} bytes`));
+        req.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+/**
+ * HTTP: a node:http service whose one route, `POST /demo`, is fenced by the demo group. The
+ * handler opens its SQLite transaction, runs the guard's check in it, writes the row, commits: a
+ * stale token throws in the check, the transaction rolls back and the middleware answers 409.
+ * Requests are handled one transaction at a time (one SQLite connection).
+ */
+async function serveHttp(ctx: ResourceContext): Promise<ServedResource> {
+  // The service's own database, not the lease store's: leaseTable null (no issued-term check).
+  const fence = httpFence({ dialect: sqliteDialect, group: ctx.group, leaseTable: null, onError: (err) => ctx.error(`handler failed: ${(err as Error).message}`) });
+  await fence.ensureTable(ctx.db);
+  const apply = applyToRow(ctx);
+  let queue: Promise<unknown> = Promise.resolve();
+  const serialized = <T>(fn: () => Promise<T>): Promise<T> => {
+    const run = queue.then(fn, fn);
+    queue = run.catch(() => undefined);
+    return run;
+  };
+  const server = createServer(
+    fence.node(async (req, res) => {
+      if (req.method !== 'POST' || req.url !== '/demo') {
+        res.statusCode = 404;
+        res.end();
+        return;
+      }
+      const guard = fence.guard(req);
+      const body = await readBody(req);
+      await serialized(async () => {
+        ctx.db.exec('BEGIN IMMEDIATE');
+        try {
+          await guard.check(ctx.db);
+          await apply(ctx.db, body, guard.token);
+          ctx.db.exec('COMMIT');
+        } catch (err) {
+          ctx.db.exec('ROLLBACK');
+          if (err instanceof StaleTermError) ctx.refused(err, body);
+          throw err; // the middleware answers a stale token with 409, anything else with 500
+        }
+      });
+      res.statusCode = 204;
+      res.end();
+    }),
+  );
+  server.keepAliveTimeout = 1000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/demo`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
 }
 
 /** JetStream: a stream of the run's subject (in memory) and a durable consumer, acked after the apply commits. */

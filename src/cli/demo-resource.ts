@@ -85,6 +85,7 @@ export async function openDemoResource(s: DemoResourceSetup): Promise<DemoResour
         close: async () => db.close(),
       };
     }
+    case 'http':
     case 'nats':
     case 'amqp':
     case 'mqtt':
@@ -97,7 +98,8 @@ const READY_MS = 15_000;
 /** How long it may take to stop before it is killed, ms. */
 const STOP_MS = 3000;
 
-const DESCRIPTIONS: Readonly<Record<ResourceVia, (broker: string) => string>> = {
+const DESCRIPTIONS: Readonly<Record<ResourceVia, (broker: string, url: string) => string>> = {
+  http: (_b, url) => `writes: fencedFetch POST ${url}; the service's guard checks the token in its SQLite transaction (409 when stale)`,
   nats: (b) => `writes: JetStream publishes on ${redactUrl(b)} with the token in the headers; a fenced consumer applies them to row ${LEDGER_TABLE}.${LEDGER_ROW} (SQLite)`,
   amqp: (b) => `writes: RabbitMQ publishes on ${redactUrl(b)} with the token in the AMQP headers; a fenced consumer applies them to row ${LEDGER_TABLE}.${LEDGER_ROW} (SQLite)`,
   mqtt: (b) => `writes: MQTT v5 publishes on ${redactUrl(b)} with the token in the user properties; a fenced consumer applies them to row ${LEDGER_TABLE}.${LEDGER_ROW} (SQLite)`,
@@ -113,7 +115,7 @@ async function openResourceProcess(s: DemoResourceSetup, via: ResourceVia): Prom
   const db = openLedger(file, READ_BUSY_MS);
   const channel = randomBytes(5).toString('hex');
   const broker = s.broker ?? '';
-  const args = [s.bin, 'demo-resource', '--via', via, '--db', file, '--group', s.group, '--broker', broker, '--channel', channel];
+  const args = [s.bin, 'demo-resource', '--via', via, '--db', file, '--group', s.group, ...(via === 'http' ? [] : ['--broker', broker, '--channel', channel])];
   const proc = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'], env: s.env });
   proc.stdin.on('error', () => {});
   if (proc.pid) s.onSpawn(proc.pid);
@@ -178,13 +180,14 @@ async function openResourceProcess(s: DemoResourceSetup, via: ResourceVia): Prom
     await close();
     throw new Error(outcome.message);
   }
+  const url = outcome.url ?? '';
   return {
     via,
     label: 'row history',
-    description: DESCRIPTIONS[via](broker),
-    nodeArgs: ['--via', via, '--target', broker, '--channel', channel],
+    description: DESCRIPTIONS[via](broker, url),
+    nodeArgs: via === 'http' ? ['--via', via, '--target', url] : ['--via', via, '--target', broker, '--channel', channel],
     refusalsFrom: 'resource',
-    refusedWhere: 'at the consumer (dropped, never applied)',
+    refusedWhere: via === 'http' ? 'by the service (409)' : 'at the consumer (dropped, never applied)',
     read: async (after, limit) => readLedger(db, after, limit),
     close,
   };

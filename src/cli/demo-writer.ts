@@ -5,16 +5,16 @@
  * consumer that applies a message. A refusal the writer hears of is a StaleTermError.
  */
 import type { FencingToken } from '../core/index.js';
-import { fencedUpdate, publishFencedAmqp, publishFencedJetStream, publishFencedMqtt, sqliteDialect } from '../fencing/index.js';
+import { fencedFetch, fencedUpdate, publishFencedAmqp, publishFencedJetStream, publishFencedMqtt, sqliteDialect } from '../fencing/index.js';
 import type { TenureStore } from '../open.js';
 import { channelNames, connectAmqp, connectMqtt, connectNats } from './demo-brokers.js';
 import { LEDGER_ROW, LEDGER_TABLE, openLedger } from './demo-ledger.js';
 
 /** The write paths of the demo, in the order `--help` lists them. */
-export const DEMO_PATHS = ['stream', 'sql', 'nats', 'amqp', 'mqtt'] as const;
+export const DEMO_PATHS = ['stream', 'sql', 'http', 'nats', 'amqp', 'mqtt'] as const;
 export type DemoVia = (typeof DEMO_PATHS)[number];
 /** The paths whose resource is a process of its own (`tenure demo-resource`). */
-export const RESOURCE_PATHS = ['nats', 'amqp', 'mqtt'] as const satisfies readonly DemoVia[];
+export const RESOURCE_PATHS = ['http', 'nats', 'amqp', 'mqtt'] as const satisfies readonly DemoVia[];
 export type ResourceVia = (typeof RESOURCE_PATHS)[number];
 
 /** One node's way to write. */
@@ -64,6 +64,20 @@ export async function openDemoWriter(t: DemoWriterTarget): Promise<DemoWriter> {
           if (updated !== 1) throw new Error(`the demo row ${LEDGER_TABLE}.${LEDGER_ROW} is missing`);
         },
         close: async () => db.close(),
+      };
+    }
+    case 'http': {
+      const url = required(t);
+      return {
+        // fencedFetch sends Fencing-Token: demo#<term> from the token context; the service's
+        // guard checks it in the write's transaction. A 409 comes back as StaleTermError (and
+        // has already stepped this node's elector down, reason 'fenced').
+        write: async (_token, payload) => {
+          const res = await fencedFetch(url, { method: 'POST', body: payload, headers: { 'content-type': 'application/json' } });
+          const text = await res.text();
+          if (!res.ok) throw new Error(`the service answered ${res.status}${text ? `: ${text.slice(0, 200)}` : ''}`);
+        },
+        close: async () => {},
       };
     }
     // The broker accepts any publish: the check is at the consumer (tenure demo-resource), which

@@ -49,22 +49,23 @@ const POLL_MS = 20;
 
 export const demoSpec: CommandSpec = {
   name: 'demo',
-  usage: `demo [--nodes N] [--duration S] [--ttl D] [--via ${DEMO_PATHS.join('|')}] [--json]`,
+  usage: `demo [--nodes N] [--duration S] [--ttl D] [--via ${DEMO_PATHS.join('|')}] [--broker URL] [--json]`,
   summary: 'Watch election, takeover, a stale write refused and crash failover, live.',
   description: [
-    'Starts N node processes on a fresh temporary SQLite store; the leader appends fenced entries.\n' +
+    'Starts N node processes on a fresh temporary SQLite store; the leader writes fenced entries.\n' +
       'The demo freezes the leader (SIGSTOP) past its TTL, shows the takeover with a higher term,\n' +
       'resumes the old leader and shows its stale write refused, then kills the new leader (kill -9)\n' +
       'and shows crash failover. It ends with a summary and checks: failover times, terms, refused\n' +
       'stale writes, entries and any safety violation. No process is left behind.',
     '--via picks the write path the story runs over: stream (tenure\'s fenced stream, the default);\n' +
-      'sql (fencedUpdate of a row in SQLite; the check is in the UPDATE); nats (JetStream), amqp\n' +
-      '(RabbitMQ), mqtt (MQTT v5): the token rides in the message metadata and a fenced consumer,\n' +
-      'a process of its own, drops a lower term\'s message. The checks read the resource\'s own\n' +
-      'record of the writes it applied (the stream, the row\'s history), never the writers\' reports.\n' +
-      'The brokers default to this machine\'s (nats://127.0.0.1:4222, amqp://guest:guest@127.0.0.1:5672,\n' +
-      'mqtt://127.0.0.1:1883); --broker URL or TENURE_DEMO_BROKER points elsewhere. An unreachable\n' +
-      'broker is one line and exit code 1.',
+      'sql (fencedUpdate of a row in SQLite: the check is in the UPDATE); http (fencedFetch to a\n' +
+      'service process whose guard checks the token in its write\'s transaction, 409 when stale);\n' +
+      'nats (JetStream), amqp (RabbitMQ), mqtt (MQTT v5): the token rides in the message metadata\n' +
+      'and a fenced consumer, a process of its own, drops a lower term\'s message. The checks read\n' +
+      'the resource\'s own record of the writes it applied (the stream, the row\'s history), never\n' +
+      'the writers\' reports. The brokers default to this machine\'s (nats://127.0.0.1:4222,\n' +
+      'amqp://guest:guest@127.0.0.1:5672, mqtt://127.0.0.1:1883); --broker URL or TENURE_DEMO_BROKER\n' +
+      'points elsewhere. An unreachable broker is one line and exit code 1.',
     'On a terminal the view is live; otherwise it prints plain lines, or with --json one JSON summary\n' +
       '{ ok, failovers, terms, staleRejected, entries, violations, ... }. Exit code 0 when every step\n' +
       'happened and no violation was found, 1 otherwise, 130 when interrupted.',

@@ -1,8 +1,9 @@
 /**
- * `tenure demo --via nats|amqp|mqtt` against the brokers on this machine, with real processes: the
- * frozen leader resumes and publishes with its old term; the fenced consumer (a process of its
- * own) drops that message, and its row's history shows no stale write. An unreachable broker is
- * one line and exit code 1; a broker URL of the wrong kind is bad input (exit 2).
+ * `tenure demo --via http|nats|amqp|mqtt` with real processes, against a real HTTP service process
+ * and the brokers on this machine: the frozen leader resumes and writes with its old term; the
+ * service's guard (409) or the fenced consumer (a process of its own) refuses it, and the row's
+ * history shows no stale write. An unreachable broker is one line and exit code 1; a broker URL
+ * of the wrong kind is bad input (exit 2).
  */
 import { connect } from 'nats';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -32,6 +33,28 @@ async function demoStreamsOnNats(): Promise<string[]> {
     await nc.close();
   }
 }
+
+describe('tenure demo over HTTP', () => {
+  it('--via http: the resumed leader\'s request is refused with 409 by the service\'s guard, and the row\'s history has no stale write', { timeout: 120_000 }, async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['demo', '--via', 'http', '--duration', '4', '--json'], { timeoutMs: 110_000 });
+    expect(r.code, r.stderr).toBe(0);
+    const summary = JSON.parse(r.stdout) as DemoSummaryJson;
+    expect(summary.via).toBe('http');
+    expectTheStory(summary);
+    expect(summary.pids.length).toBeGreaterThanOrEqual(5); // the service, three nodes and the restarted one
+  });
+
+  it('the plain view names the service and the 409', { timeout: 120_000 }, async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['demo', '--via', 'http', '--duration', '3'], { timeoutMs: 110_000 });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/writes: fencedFetch POST http:\/\/127\.0\.0\.1:\d+\/demo; the service's guard checks the token in its SQLite transaction/);
+    expect(r.stdout).toMatch(/node-\d's write refused by the service \(409\): stale fencing token: term \d+ < \d+ for group demo/);
+    // Counted once, by the service: the node hearing the 409 is only noted.
+    expect(r.stdout).toMatch(/stale writes refused {2}1\n/);
+  });
+});
 
 describe('tenure demo over a broker', () => {
   for (const b of BROKERS) {

@@ -180,6 +180,14 @@ async function supervise(s: Supervision): Promise<number> {
         return;
       }
       if (signal.aborted) return;
+      if (exit.code === EXIT_STALE && exit.signal === null) {
+        // The child's fenced write with this term's token was refused (exit code 3, as `tenure
+        // append` exits): a stale rejection stops the writer. Step down now, not at the next
+        // failed renew; the child is not restarted in this term.
+        log.event('fenced', `child ${child.pid ?? '?'} exited with 3 (stale fencing token): stepping down from term ${term}`, { pid: child.pid ?? null, term });
+        await elector.reportFenced(term);
+        return;
+      }
       if (performance.now() - startedAt >= RESTART_RESET_MS) backoffMs = RESTART_MIN_MS;
       log.event('child-restart', `restarting child in ${formatMs(backoffMs)}`, { inMs: backoffMs, term });
       await pauseUnlessAborted(backoffMs, signal);
@@ -244,6 +252,9 @@ export function describeDeposed(reason: DeposedReason, holder: Lease | null): st
       return 'an unexpected error (see the store-error line)';
   }
 }
+
+/** A stale fencing token's exit code (EXIT.stale in main.ts), as `tenure append` exits with a refused token. */
+const EXIT_STALE = 3;
 
 /** The exit code after a fault (see `isFault`): 1, failure. */
 export const EXIT_FAULT = 1;

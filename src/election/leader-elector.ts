@@ -202,6 +202,16 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     await this.dispatch({ type: 'resign' });
   }
 
+  /**
+   * A fenced write carrying this leadership's token (of `term`) was refused as stale where it
+   * landed, and this process learnt it some way tenure cannot see (a child process's exit code
+   * 3, a reply of your own protocol): end the leadership at once, as a refusal reported through
+   * tenure/fencing does (reason `fenced`). A term other than the current one changes nothing.
+   */
+  async reportFenced(term: number): Promise<void> {
+    await this.dispatch({ type: 'fenced', term });
+  }
+
   /** Stop campaigning, abort leader work, wait for it to settle, and release the lease. */
   async stop(): Promise<void> {
     if (this.stopping) {

@@ -73,6 +73,24 @@ describe('tenure run --once', () => {
     for (const e of events) expect(e.group).toBe('g');
   });
 
+  it('a child exiting with 3 (stale token) makes the run step down at once, not restart the child in that term', async () => {
+    const box = sandbox();
+    // The first term's child exits 3 as `tenure append` does with a refused token; later ones wait.
+    const script = "if (process.env.TENURE_TERM === '1') process.exit(3); setTimeout(() => {}, 60000)";
+    const run = start(box, ['run', '--group', 'g', '--ttl', '2s', '--json', '--', process.execPath, '-e', script]);
+    await waitUntil('a second term', () => run.events('elected').some((e) => Number(e.term) >= 2), 20_000);
+    const fenced = run.events('fenced');
+    expect(fenced).toHaveLength(1);
+    expect(Number(fenced[0]!.term)).toBe(1);
+    const deposed = run.events('deposed').find((e) => Number(e.term) === 1);
+    expect(deposed?.reason).toBe('fenced');
+    // One child in term 1 (not restarted after its exit 3), then term 2's.
+    const started = run.events('child-started').map((e) => Number(e.term));
+    expect(started.filter((t) => t === 1)).toHaveLength(1);
+    run.signal('SIGTERM');
+    expect((await run.exited).code).toBe(143);
+  });
+
   it('waits while another process leads, then runs', async () => {
     const box = sandbox();
     const holder = start(box, ['run', '--group', 'g', '--ttl', '2s', '--json', '--', 'sleep', '60']);

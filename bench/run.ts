@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { repoRoot } from '../test/fixtures/harness.js';
 import { electionBenchmark } from './election.js';
+import { fencedHttpBenchmark } from './fenced-http.js';
 import { etcdBenchmarks } from './etcd.js';
 import { environment, finish, markdown, textTable, timestamp, writeJson } from './lib/report.js';
 import { freshMysql, freshPostgres, freshRedis, stopServers } from './lib/servers.js';
@@ -43,6 +44,8 @@ const BENCHMARKS: readonly Benchmark[] = [
   electionBenchmark({ name: 'postgres-election', target: 'postgres', ttlMs: TTL_MS, nodes: 3, prepare: freshPostgres, firstWrite: true, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   electionBenchmark({ name: 'mysql-election', target: 'mysql', ttlMs: TTL_MS, nodes: 3, prepare: freshMysql, firstWrite: true, handoffGoal: null, crashGoal: CRASH_30 }),
   ...sqlBenchmarks,
+  // Issue 22: HTTP requests through the fence middleware and guard vs the plain handler.
+  fencedHttpBenchmark(),
   // Issue 13.
   electionBenchmark({ name: 'redis-election', target: 'redis', ttlMs: TTL_MS, nodes: 3, prepare: freshRedis, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   redisLocksBenchmark(),

@@ -9,6 +9,8 @@ export type { StoreOptions } from './open.js';
 export { MemoryStore } from './stores/memory/index.js';
 export { fencedUpdate, postgresDialect, mysqlDialect, sqliteDialect, formatToken, parseToken, runFenced, currentToken, requireFence } from './fencing/index.js';
 export type { FencedUpdate, FencedUpdateResult, SqlDialect, RowValue, FenceScope } from './fencing/index.js';
+export { fencedFetch, fencingHeaders, httpFence } from './fencing/index.js';
+export type { HttpFence, HttpFenceOptions, HttpFenceGuard } from './fencing/index.js';
 export { collectMetrics } from './observe/index.js';
 export type { MetricsOptions } from './observe/index.js';
 export type { TenureStoreEvents } from './open.js';

@@ -57,6 +57,12 @@ export interface SqlDialect<Db> {
   contended(err: unknown): boolean;
   /** Whether `db` is inside a transaction, when its driver tells (undefined: cannot tell). */
   inTransaction(db: Db): boolean | undefined;
+  /**
+   * Begin a transaction on `db` (SQLite: BEGIN IMMEDIATE) and run the SELECT that `sql` builds in
+   * it, in as few round trips as the driver allows: PostgreSQL sends both in one (`param` then
+   * inlines each value as an escaped literal), the others one each (`param` is a placeholder).
+   */
+  beginThenSelect(db: Db, sql: (param: (value: string | number) => string) => string): Promise<readonly Record<string, unknown>[]>;
 }
 
 function errorFields(err: unknown): { code: unknown; errno: unknown; message: string } {
@@ -103,6 +109,14 @@ export const postgresDialect: SqlDialect<PgQueryable> = {
   // deadlock_detected, serialization_failure, lock_not_available
   contended: (err) => ['40P01', '40001', '55P03'].includes(String(errorFields(err).code)),
   inTransaction: () => undefined,
+  beginThenSelect: async (db, sql) => {
+    // One simple-protocol query, two statements. E'' reads backslashes as escapes whatever
+    // standard_conforming_strings says; a name has no NUL (checkName).
+    const literal = (v: string | number): string => (typeof v === 'number' ? String(Math.trunc(v)) : `E'${v.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`);
+    const results = (await db.query(`BEGIN; ${sql(literal)}`)) as unknown;
+    const last = (Array.isArray(results) ? results[results.length - 1] : results) as { rows?: Record<string, unknown>[] } | undefined;
+    return last?.rows ?? [];
+  },
 };
 
 /** A mysql2/promise Pool, Connection or PoolConnection (also inside the caller's own transaction). */
@@ -150,6 +164,15 @@ export const mysqlDialect: SqlDialect<MysqlExecutor> = {
   // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
   contended: (err) => [1213, 1205].includes(Number(errorFields(err).errno)),
   inTransaction: () => undefined,
+  beginThenSelect: async (db, sql) => {
+    const c = db as MysqlExecutor & { beginTransaction?: () => Promise<unknown>; query?: (sql: string) => Promise<unknown> };
+    if (typeof c.beginTransaction === 'function') await c.beginTransaction();
+    else if (typeof c.query === 'function') await c.query('START TRANSACTION');
+    else throw new Error('mysqlDialect.beginThenSelect: the connection has neither beginTransaction() nor query()');
+    const values: (string | number)[] = [];
+    const [rows] = await db.execute(sql((v) => (values.push(v), '?')), values);
+    return rows as Record<string, unknown>[];
+  },
 };
 
 /** A better-sqlite3 Database or a node:sqlite DatabaseSync (also inside the caller's own transaction). */
@@ -199,5 +222,10 @@ export const sqliteDialect: SqlDialect<SqliteDatabase> = {
   inTransaction: (db) => {
     const d = db as { inTransaction?: unknown; isTransaction?: unknown };
     return typeof d.inTransaction === 'boolean' ? d.inTransaction : typeof d.isTransaction === 'boolean' ? d.isTransaction : undefined;
+  },
+  beginThenSelect: async (db, sql) => {
+    db.prepare('BEGIN IMMEDIATE').run();
+    const values: (string | number)[] = [];
+    return db.prepare(sql((v) => (values.push(v), '?'))).all(...values) as Record<string, unknown>[];
   },
 };

@@ -54,6 +54,12 @@ export interface HttpFenceGuard<Db> {
    * roll back, nothing was written.
    */
   check(tx: Db): Promise<void>;
+  /**
+   * Begin the write's transaction on `tx` (SQLite: BEGIN IMMEDIATE) and check, as `check` does,
+   * in fewer round trips: on PostgreSQL the BEGIN and the steady-state check go in one. Then
+   * write and commit; roll back when it throws (the transaction has begun).
+   */
+  begin(tx: Db): Promise<void>;
 }
 
 /** A request as the handler sees it: `fence` is the guard, or null when the route does not require a token and none came. */
@@ -284,20 +290,47 @@ export class HttpFence<Db> {
   }
 
   private makeGuard(token: FencingToken): HttpFenceGuard<Db> {
-    return Object.freeze({ token, check: (tx: Db) => this.check(tx, token) });
+    return Object.freeze({ token, check: (tx: Db) => this.check(tx, token), begin: (tx: Db) => this.begin(tx, token) });
   }
 
   private async check(tx: Db, token: FencingToken): Promise<void> {
     const d = this.dialect;
-    checkTransaction(d, tx);
-    const seen = this.seen.get(token.lease);
-    if (seen !== undefined && token.term <= seen) {
+    checkTransaction(d, tx, true);
+    if (this.steady(token)) {
       // Steady state: the term is (or is below) one recorded; a shared lock holds a newer term's record off until this commits.
-      const current = await this.recorded(tx, token, d.lockShared);
-      if (current === token.term) return;
-      if (current !== null && current > token.term) throw this.stale(token, current);
-      // Lower or absent: the term seen was in a transaction that rolled back. Record it below.
+      if (this.settled(token, await this.recorded(tx, token, d.lockShared))) return;
     }
+    await this.raise(tx, token);
+  }
+
+  private async begin(tx: Db, token: FencingToken): Promise<void> {
+    const d = this.dialect;
+    checkTransaction(d, tx, false);
+    if (this.steady(token)) {
+      const rows = await this.explained(() => d.beginThenSelect(tx, (p) => `SELECT term FROM ${this.table} WHERE name = ${d.lease(p(token.lease))}${d.lockShared}`));
+      if (this.settled(token, termOf(rows[0]?.term))) return;
+    } else {
+      await d.beginThenSelect(tx, () => 'SELECT 1');
+    }
+    await this.raise(tx, token);
+  }
+
+  /** Whether this process saw the token's term (or a higher one) recorded: then a shared-lock read decides (never an upgrade to exclusive). */
+  private steady(token: FencingToken): boolean {
+    const seen = this.seen.get(token.lease);
+    return seen !== undefined && token.term <= seen;
+  }
+
+  /** After a shared-lock read of `current`: true when the token is the recorded term; StaleTermError when below. False: record it (the term seen was in a transaction that rolled back). */
+  private settled(token: FencingToken, current: number | null): boolean {
+    if (current === token.term) return true;
+    if (current !== null && current > token.term) throw this.stale(token, current);
+    return false;
+  }
+
+  /** Record a term not yet recorded (or find a higher one): issued?, raise the row to the higher term, read it back exclusively. */
+  private async raise(tx: Db, token: FencingToken): Promise<void> {
+    const d = this.dialect;
     if (this.leaseTable !== null) {
       const rows = await this.explained(() => d.select(tx, `SELECT term FROM ${this.leaseTable} WHERE name = ${d.lease(d.placeholder(1))}`, [token.lease]));
       const issued = termOf(rows[0]?.term);
@@ -420,13 +453,13 @@ function tableName<Db>(d: SqlDialect<Db>, field: string, table: string): string 
 }
 
 /** The obvious ways to run the check beside the write instead of in its transaction, refused. */
-function checkTransaction<Db>(d: SqlDialect<Db>, tx: Db): void {
+function checkTransaction<Db>(d: SqlDialect<Db>, tx: Db, inside: boolean): void {
   if (typeof tx !== 'object' || tx === null) throw new InvalidArgumentError('tx', `expected the ${d.name} connection of your write's transaction`);
   const t = tx as { getConnection?: unknown; connect?: unknown; totalCount?: unknown };
   if (typeof t.getConnection === 'function' || (typeof t.connect === 'function' && typeof t.totalCount === 'number')) {
     throw new InvalidArgumentError('tx', "expected the connection your write's transaction runs on, got a pool: a check in another transaction than the write's is not fencing");
   }
-  if (d.inTransaction(tx) === false) {
+  if (inside && d.inTransaction(tx) === false) {
     throw new InvalidArgumentError('tx', `not in a transaction: begin the write's transaction first (${d.name === 'sqlite' ? 'BEGIN IMMEDIATE' : 'BEGIN'}), check, write, commit`);
   }
 }

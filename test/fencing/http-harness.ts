@@ -33,6 +33,8 @@ export interface Db<Tx> {
   rows(sql: string, values?: unknown[]): Promise<Record<string, unknown>[]>;
   /** Run `fn` in a transaction on one connection: commit if it resolves, roll back if it throws. */
   inTx<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+  /** The same, the transaction begun by `begin` (the guard's begin(tx): BEGIN and the check together). */
+  inBegunTx<T>(begin: (tx: Tx) => Promise<void>, fn: (tx: Tx) => Promise<T>): Promise<T>;
   /** A statement inside `fn`'s transaction. */
   txExec(tx: Tx, sql: string, values: unknown[]): Promise<void>;
   /** A runner of statements outside transactions, as the guard sees a pool (to prove it is refused). */
@@ -64,6 +66,20 @@ export const databases: Record<string, () => Promise<AnyDb>> = {
         const c = await pool.connect();
         try {
           await c.query('BEGIN');
+          const r = await fn(c);
+          await c.query('COMMIT');
+          return r;
+        } catch (err) {
+          await c.query('ROLLBACK').catch(() => {});
+          throw err;
+        } finally {
+          c.release();
+        }
+      },
+      inBegunTx: async (begin, fn) => {
+        const c = await pool.connect();
+        try {
+          await begin(c);
           const r = await fn(c);
           await c.query('COMMIT');
           return r;
@@ -111,6 +127,20 @@ export const databases: Record<string, () => Promise<AnyDb>> = {
           c.release();
         }
       },
+      inBegunTx: async (begin, fn) => {
+        const c = await pool.getConnection();
+        try {
+          await begin(c);
+          const r = await fn(c);
+          await c.commit();
+          return r;
+        } catch (err) {
+          await c.rollback().catch(() => {});
+          throw err;
+        } finally {
+          c.release();
+        }
+      },
       txExec: async (tx, sql, values) => void (await tx.execute(sql, values as never)),
       close: async () => {
         await store.close();
@@ -140,6 +170,17 @@ export const databases: Record<string, () => Promise<AnyDb>> = {
       inTx: async (fn) => {
         conn.exec('BEGIN IMMEDIATE');
         try {
+          const r = await fn(conn);
+          conn.exec('COMMIT');
+          return r;
+        } catch (err) {
+          if (conn.inTransaction) conn.exec('ROLLBACK');
+          throw err;
+        }
+      },
+      inBegunTx: async (begin, fn) => {
+        try {
+          await begin(conn);
           const r = await fn(conn);
           conn.exec('COMMIT');
           return r;
@@ -202,12 +243,18 @@ export const frameworks: Framework[] = ['node:http', 'express', 'fastify'];
 export async function startService<Tx>(framework: Framework, db: Db<Tx>, group: string): Promise<Service> {
   const fence = httpFence<Tx>({ dialect: db.dialect, group, required: (req) => !isOptionalRoute(req) });
   await fence.ensureTable(db.pool);
-  const apply = async (guard: { check(tx: Tx): Promise<void>; token: { term: number } }, id: number, value: string): Promise<{ id: number; term: number }> =>
-    db.inTx(async (tx) => {
-      await guard.check(tx);
+  // node:http begins with the guard (guard.begin: BEGIN and the check together); Express and Fastify check in a transaction begun by hand.
+  const apply = async (guard: { check(tx: Tx): Promise<void>; begin(tx: Tx): Promise<void>; token: { term: number } }, id: number, value: string): Promise<{ id: number; term: number }> => {
+    const work = async (tx: Tx): Promise<{ id: number; term: number }> => {
       await write(db, tx, id, value, guard.token.term);
       return { id, term: guard.token.term };
+    };
+    if (framework === 'node:http') return db.inBegunTx((tx) => guard.begin(tx), work);
+    return db.inTx(async (tx) => {
+      await guard.check(tx);
+      return work(tx);
     });
+  };
   if (framework === 'node:http') {
     const server = http.createServer(
       fence.node(async (req, res) => {

@@ -7,7 +7,7 @@
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StaleTermError } from '../../src/core/index.js';
-import { FENCING_PROBLEMS, fencedFetch, runFenced } from '../../src/fencing/index.js';
+import { FENCING_PROBLEMS, fencedFetch, formatFencingHeader, httpFence, runFenced } from '../../src/fencing/index.js';
 import { collectMetrics } from '../../src/observe/index.js';
 import { createAppTables, databases, frameworks, issue, send, startService } from './http-harness.js';
 import type { AnyDb, Service } from './http-harness.js';
@@ -139,5 +139,36 @@ describe.each(Object.keys(databases))('HTTP fencing guard on %s', (dbName) => {
       expect(await rejections('writer')).toBe(writer + 1);
       expect(await item(id + 1)).toEqual({ value: 'newer', term: t + 1 });
     });
+  });
+});
+
+describe.each(Object.keys(databases))('the HTTP guard on %s, used by hand', (dbName) => {
+  let db: AnyDb;
+  beforeAll(async () => {
+    db = await databases[dbName]!();
+  });
+  afterAll(async () => {
+    await db?.close();
+  });
+
+  it("refuses a pool or a connection outside a transaction, and begin() inlines an odd group name safely (PostgreSQL's one round trip)", async () => {
+    const group = `o'd\\x"; DROP TABLE tenure_leases; --`;
+    await issue(db.store, group, 2);
+    const fence = httpFence({ dialect: db.dialect as never, group });
+    await fence.ensureTable(db.pool as never);
+    const admitted = fence.admit({ rawHeaders: ['Fencing-Token', formatFencingHeader({ lease: group, term: 2 })] });
+    if (!('guard' in admitted) || !admitted.guard) throw new Error(`not admitted: ${JSON.stringify(admitted)}`);
+    const guard = admitted.guard;
+    if (db.name !== 'sqlite') await expect(guard.check(db.pool as never)).rejects.toThrow(/got a pool: a check in another transaction than the write's is not fencing/);
+    else await expect(guard.check(db.pool as never)).rejects.toThrow(/not in a transaction/);
+    // Twice: the first records the term (the raise path), the second is the steady state (BEGIN and the shared read together).
+    for (let i = 0; i < 2; i++) await db.inBegunTx((tx) => guard.begin(tx as never), async () => undefined);
+    const rows = await db.rows(`SELECT name, term FROM tenure_http_fences`);
+    expect(rows.map((r) => ({ name: Buffer.isBuffer(r.name) ? r.name.toString('utf8') : r.name, term: Number(r.term) }))).toEqual([{ name: group, term: 2 }]);
+    expect((await db.rows('SELECT count(*) AS n FROM tenure_leases')).length).toBe(1);
+    // A lower term through begin() is refused in the steady state too.
+    const old = fence.admit({ rawHeaders: ['Fencing-Token', formatFencingHeader({ lease: group, term: 1 })] });
+    const oldGuard = 'guard' in old ? old.guard : null;
+    await expect(db.inBegunTx((tx) => oldGuard!.begin(tx as never), async () => undefined)).rejects.toBeInstanceOf(StaleTermError);
   });
 });

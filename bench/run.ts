@@ -18,6 +18,7 @@ import { repoRoot } from '../test/fixtures/harness.js';
 import { electionBenchmark } from './election.js';
 import { fencedHttpBenchmark } from './fenced-http.js';
 import { etcdBenchmarks } from './etcd.js';
+import { fencedNatsBenchmark } from './fenced-nats.js';
 import { environment, finish, markdown, textTable, timestamp, writeJson } from './lib/report.js';
 import { freshMysql, freshPostgres, freshRedis, stopServers } from './lib/servers.js';
 import type { BenchResult, Benchmark } from './lib/types.js';
@@ -53,6 +54,8 @@ const BENCHMARKS: readonly Benchmark[] = [
   ...etcdBenchmarks,
   // Issue 10: the Raft core alone.
   raftBenchmark(),
+  // Issue 22: fenced NATS publish + consume vs plain.
+  fencedNatsBenchmark(),
 ];
 
 interface Args {

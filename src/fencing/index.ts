@@ -34,6 +34,7 @@ export {
   type MessageMetadata,
   type MessageVerdict,
   type MessageLedger,
+  type LedgerStep,
   type MessageCounts,
   type FencedConsumerOptions,
   type SqlMessageLedger,

@@ -161,19 +161,25 @@ export function readMessageFence(group: string, meta: MessageMetadata): { token:
 }
 
 /**
- * Where a consumer keeps, per consumer name and group, the highest (term, position) it applied.
- * `read` and `record` run inside `transaction`, the same one as the application's apply; `read`
- * locks the row until the transaction ends.
+ * Where a consumer keeps, per consumer name and group, the highest (term, position) it applied:
+ * a transactional sink. `run` is one transaction holding the application's apply and the mark
+ * together, so the two commit or roll back as one.
  */
 export interface MessageLedger<Tx> {
-  /** Run `fn` in one transaction: commit when it resolves, roll back (and rethrow) when it throws. */
-  transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
-  /** The recorded mark, locked for this transaction; null when none yet. */
-  read(tx: Tx, consumer: string, group: string): Promise<MessageMark | null>;
-  /** Record `mark` as the highest applied. */
-  record(tx: Tx, consumer: string, group: string, mark: MessageMark): Promise<void>;
+  /**
+   * One transaction: read the mark of (`consumer`, `group`) and lock it until the end (null when
+   * none yet), call `step` with the transaction and the mark, record `advance` when `step` returns
+   * one, commit. When anything throws, roll back and rethrow: neither the apply nor the mark stays.
+   */
+  run<T>(consumer: string, group: string, step: (tx: Tx, mark: MessageMark | null) => Promise<LedgerStep<T>>): Promise<T>;
   /** The latest term issued for `group`, when the ledger can see the lease table (undefined: not checked). */
   issued?(tx: Tx, group: string): Promise<number | null | undefined>;
+}
+
+/** What a ledger step hands back: its value, and the mark to record (none: the mark stays). */
+export interface LedgerStep<T> {
+  readonly value: T;
+  readonly advance?: MessageMark;
 }
 
 /** Counts of a FencedConsumer's verdicts since it was made. */
@@ -212,7 +218,7 @@ export class FencedConsumer<Tx, M = unknown> {
     if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', 'expected { group, consumer, ledger, apply }');
     this.group = checkName('group', options.group);
     this.consumer = checkName('consumer', options.consumer);
-    if (typeof options.ledger !== 'object' || options.ledger === null || typeof options.ledger.transaction !== 'function') {
+    if (typeof options.ledger !== 'object' || options.ledger === null || typeof options.ledger.run !== 'function') {
       throw new InvalidArgumentError('ledger', 'expected a MessageLedger such as sqlMessageLedger(postgresDialect, client)');
     }
     if (typeof options.apply !== 'function') throw new InvalidArgumentError('apply', 'expected async (tx, message, fence) => { … }');
@@ -246,25 +252,23 @@ export class FencedConsumer<Tx, M = unknown> {
     const start = performance.now();
     let verdict: MessageVerdict;
     try {
-      verdict = await ledger.transaction(async (tx): Promise<MessageVerdict> => {
-        const mark = await ledger.read(tx, this.consumer, this.group);
+      verdict = await ledger.run(this.consumer, this.group, async (tx, mark): Promise<LedgerStep<MessageVerdict>> => {
         if (mark && token.term < mark.term) {
           const error = new StaleTermError(token.lease, token.term, mark.term);
-          return { outcome: 'stale', token, position, error, reason: `stale fencing token: term ${token.term} < ${mark.term} for group ${token.lease} (a deposed leader's late publish)` };
+          return { value: { outcome: 'stale', token, position, error, reason: `stale fencing token: term ${token.term} < ${mark.term} for group ${token.lease} (a deposed leader's late publish)` } };
         }
         if (mark && token.term === mark.term && position <= mark.position) {
-          return { outcome: 'duplicate', token, position, reason: `already applied: position ${position} <= ${mark.position} of term ${mark.term}` };
+          return { value: { outcome: 'duplicate', token, position, reason: `already applied: position ${position} <= ${mark.position} of term ${mark.term}` } };
         }
         if (ledger.issued) {
           const issued = await ledger.issued(tx, this.group);
           if (issued !== undefined && token.term > (issued ?? 0)) {
             const error = new InvalidArgumentError(FENCING_TOKEN_HEADER, `term ${token.term} was never issued for group ${token.lease} (latest ${issued ?? 0})`);
-            return { outcome: 'invalid', reason: error.message, error };
+            return { value: { outcome: 'invalid', reason: error.message, error } };
           }
         }
         await apply(tx, message, fence);
-        await ledger.record(tx, this.consumer, this.group, { term: token.term, position });
-        return { outcome: 'applied', token, position };
+        return { value: { outcome: 'applied', token, position }, advance: { term: token.term, position } };
       });
     } catch (err) {
       reportFencedWrite({ path: 'message', lease: this.group, ms: performance.now() - start, outcome: 'error' });
@@ -381,26 +385,77 @@ export function sqlMessageLedger<Db>(dialect: SqlDialect<Db>, db: Db, options: S
   const update = `UPDATE ${table} SET term = ${d.term(p(1))}, pos = ${d.term(p(2))} WHERE consumer = ${p(3)} AND lease = ${p(4)}`;
   const issuedSql = leaseTable ? `SELECT term FROM ${leaseTable} WHERE name = ${d.lease(p(1))}` : null;
   const raw = db as unknown;
+  // PostgreSQL: text literals for the fused statements below (E'' escapes both ' and \, whatever
+  // standard_conforming_strings says); the names are checked (no control characters, no NUL).
+  const pgText = (v: string): string => `E'${v.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
+  const pgInt = (n: number): string => {
+    if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError('mark', `expected a whole number in [0, 2^53), got ${String(n)}`);
+    return String(n);
+  };
+  /** A pg simple query of several statements: the last one's rows. */
+  const pgLast = async (conn: Db, sql: string): Promise<readonly Record<string, unknown>[]> => {
+    const res = (await (conn as unknown as { query(text: string): Promise<unknown> }).query(sql)) as { rows: Record<string, unknown>[] } | { rows: Record<string, unknown>[] }[];
+    return Array.isArray(res) ? (res[res.length - 1]?.rows ?? []) : res.rows;
+  };
 
-  async function inTransaction<T>(conn: Db, fn: (tx: Db) => Promise<T>): Promise<T> {
+  async function begin(conn: Db): Promise<void> {
     const c = conn as unknown;
     if (d.name === 'mysql' && isMysqlConnection(c)) await c.beginTransaction();
     else await d.update(conn, d.name === 'sqlite' ? 'BEGIN IMMEDIATE' : 'BEGIN', []);
-    let result: T;
+  }
+  async function rollback(conn: Db): Promise<void> {
+    const c = conn as unknown;
     try {
-      result = await fn(conn);
-    } catch (err) {
-      try {
-        if (d.name === 'mysql' && isMysqlConnection(c)) await c.rollback();
-        else await d.update(conn, 'ROLLBACK', []);
-      } catch {
-        // the apply's error is the one to report; the connection is released or closed by the caller
-      }
-      throw err;
+      if (d.name === 'mysql' && isMysqlConnection(c)) await c.rollback();
+      else await d.update(conn, 'ROLLBACK', []);
+    } catch {
+      // the step's error is the one to report; the connection is released as broken
     }
+  }
+  async function commit(conn: Db): Promise<void> {
+    const c = conn as unknown;
     if (d.name === 'mysql' && isMysqlConnection(c)) await c.commit();
     else await d.update(conn, 'COMMIT', []);
-    return result;
+  }
+  const markOf = (rows: readonly Record<string, unknown>[]): MessageMark | null => {
+    const row = rows[0];
+    if (!row) return null;
+    const term = termValue(row.term);
+    return term === 0 ? null : { term, position: termValue(row.pos) };
+  };
+
+  /** One message's transaction on one connection. PostgreSQL: three round trips with the apply's one. */
+  async function runOn<T>(conn: Db, consumer: string, group: string, step: (tx: Db, mark: MessageMark | null) => Promise<LedgerStep<T>>): Promise<T> {
+    const pg = d.name === 'postgres';
+    let begun = false;
+    try {
+      // One statement on the common path (the row exists); the first message of a group makes
+      // it, then locks it as every later message does. PostgreSQL sends BEGIN with it.
+      let rows: readonly Record<string, unknown>[];
+      if (pg) {
+        begun = true; // a failure in the SELECT leaves the transaction open: roll it back
+        rows = await pgLast(conn, `BEGIN; SELECT term, pos FROM ${table} WHERE consumer = ${pgText(consumer)} AND lease = ${pgText(group)} FOR UPDATE`);
+      } else {
+        await begin(conn);
+        begun = true;
+        rows = await d.select(conn, selectMark, [consumer, group]);
+      }
+      if (rows.length === 0) {
+        await d.update(conn, insertIgnore, [consumer, group]);
+        rows = await d.select(conn, selectMark, [consumer, group]);
+      }
+      const { value, advance } = await step(conn, markOf(rows));
+      if (advance && pg) {
+        await pgLast(conn, `UPDATE ${table} SET term = ${pgInt(advance.term)}, pos = ${pgInt(advance.position)} WHERE consumer = ${pgText(consumer)} AND lease = ${pgText(group)}; COMMIT`);
+      } else {
+        if (advance) await d.update(conn, update, [advance.term, advance.position, consumer, group]);
+        await commit(conn);
+      }
+      return value;
+    } catch (err) {
+      if (begun) await rollback(conn);
+      throw err;
+    }
   }
 
   return {
@@ -408,12 +463,14 @@ export function sqlMessageLedger<Db>(dialect: SqlDialect<Db>, db: Db, options: S
     async createTable() {
       await d.update(db, ddl, []);
     },
-    async transaction<T>(fn: (tx: Db) => Promise<T>): Promise<T> {
+    async run<T>(consumer: string, group: string, step: (tx: Db, mark: MessageMark | null) => Promise<LedgerStep<T>>): Promise<T> {
+      checkName('consumer', consumer);
+      checkName('group', group);
       if (d.name === 'postgres' && isPgPool(raw)) {
         const client = await raw.connect();
         let broken = false;
         try {
-          return await inTransaction(client as unknown as Db, fn);
+          return await runOn(client as unknown as Db, consumer, group, step);
         } catch (err) {
           broken = true;
           throw err;
@@ -425,23 +482,12 @@ export function sqlMessageLedger<Db>(dialect: SqlDialect<Db>, db: Db, options: S
       if (d.name === 'mysql' && isMysqlPool(raw)) {
         const conn = await raw.getConnection();
         try {
-          return await inTransaction(conn as unknown as Db, fn);
+          return await runOn(conn as unknown as Db, consumer, group, step);
         } finally {
           conn.release();
         }
       }
-      return inTransaction(db, fn);
-    },
-    async read(tx, consumer, group) {
-      await d.update(tx, insertIgnore, [consumer, group]);
-      const rows = await d.select(tx, selectMark, [consumer, group]);
-      const row = rows[0];
-      if (!row) return null;
-      const term = termValue(row.term);
-      return term === 0 ? null : { term, position: termValue(row.pos) };
-    },
-    async record(tx, consumer, group, mark) {
-      await d.update(tx, update, [mark.term, mark.position, consumer, group]);
+      return runOn(db, consumer, group, step);
     },
     ...(issuedSql
       ? {

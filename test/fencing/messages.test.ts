@@ -126,26 +126,28 @@ describe.each(Object.keys(dialects))('message ledger on %s', (name) => {
     const h = await dialects[name]!();
     try {
       let failNext = false;
+      // Quotes and backslashes in the names: the ledger's statements must hold them as text.
+      const group = "ord'ers\\x";
       const consumer = new FencedConsumer<unknown, string>({
-        group: 'orders',
-        consumer: 'projector',
+        group,
+        consumer: "pro'jector\\",
         ledger: h.ledger,
         apply: async (tx, payload) => {
           await h.insert(tx, payload);
           if (failNext) throw new Error('apply failed after its insert');
         },
       });
-      const at = (term: number, position: number) => ({ token: `orders#${term}`, position: String(position) });
+      const at = (term: number, position: number) => ({ token: `${group}#${term}`, position: String(position) });
       expect((await consumer.handle('a', at(3, 1))).outcome).toBe('applied');
       expect((await consumer.handle('b', at(3, 2))).outcome).toBe('applied');
       expect(await consumer.handle('b again', at(3, 2))).toMatchObject({ outcome: 'duplicate', reason: /already applied: position 2 <= 2 of term 3/ });
       expect((await consumer.handle('c', at(4, 1))).outcome).toBe('applied');
       const before = rejections.length;
       const stale = await consumer.handle('zombie', at(3, 3));
-      expect(stale).toMatchObject({ outcome: 'stale', reason: /term 3 < 4 for group orders/ });
+      expect(stale).toMatchObject({ outcome: 'stale', reason: `stale fencing token: term 3 < 4 for group ${group} (a deposed leader's late publish)` });
       expect(rejections.slice(before)).toHaveLength(1);
-      expect(rejections[before]).toMatchObject({ path: 'message', side: 'guard', error: { lease: 'orders', term: 3, currentTerm: 4 } });
-      expect((await consumer.handle('garbled', { token: 'orders#x', position: '1' })).outcome).toBe('invalid');
+      expect(rejections[before]).toMatchObject({ path: 'message', side: 'guard', error: { lease: group, term: 3, currentTerm: 4 } });
+      expect((await consumer.handle('garbled', { token: `${group}#x`, position: '1' })).outcome).toBe('invalid');
       failNext = true;
       await expect(consumer.handle('d', at(4, 2))).rejects.toThrow(/apply failed/);
       failNext = false;

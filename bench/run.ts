@@ -24,6 +24,7 @@ import { freshMysql, freshPostgres, freshRedis, stopServers } from './lib/server
 import type { BenchResult, Benchmark } from './lib/types.js';
 import { redisLocksBenchmark } from './redis-locks.js';
 import { sqlBenchmarks } from './sql.js';
+import { fencedSqlBenchmarks } from './fenced-sql.js';
 import { sqliteWritersBenchmark } from './sqlite-writers.js';
 
 /** A fresh SQLite database file in a temporary directory. */
@@ -47,6 +48,8 @@ const BENCHMARKS: readonly Benchmark[] = [
   ...sqlBenchmarks,
   // Issue 22: HTTP requests through the fence middleware and guard vs the plain handler.
   fencedHttpBenchmark(),
+  // Issue 22: fenced row update vs plain UPDATE.
+  ...fencedSqlBenchmarks,
   // Issue 13.
   electionBenchmark({ name: 'redis-election', target: 'redis', ttlMs: TTL_MS, nodes: 3, prepare: freshRedis, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   redisLocksBenchmark(),

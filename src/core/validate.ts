@@ -215,13 +215,17 @@ export function parseDuration(field: string, text: string): number {
   return ms;
 }
 
+/** The identifier pattern per maximum length, compiled once (fencedUpdate checks several per call). */
+const identifierPatterns = new Map<number, RegExp>();
+
 /**
  * An SQL identifier the SQL stores may quote into a statement (a table or column name, never
  * user data): a letter or underscore, then letters, digits, `_` or `$`, at most `maxLength`
  * characters (PostgreSQL 63, MySQL 64).
  */
 export function checkSqlIdentifier(field: string, value: unknown, maxLength: number): string {
-  const re = new RegExp(`^[A-Za-z_][A-Za-z0-9_$]{0,${maxLength - 1}}$`);
+  let re = identifierPatterns.get(maxLength);
+  if (!re) identifierPatterns.set(maxLength, (re = new RegExp(`^[A-Za-z_][A-Za-z0-9_$]{0,${maxLength - 1}}$`)));
   if (typeof value !== 'string' || !re.test(value)) {
     throw new InvalidArgumentError(field, `expected an SQL identifier matching ${re.source}, got ${JSON.stringify(value)}`);
   }

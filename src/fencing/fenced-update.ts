@@ -10,7 +10,7 @@
 import { InvalidArgumentError, checkSqlIdentifier, checkToken } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
 import type { SqlDialect } from './dialects.js';
-import { checkRowValues, checkSetColumns, rowRefusal, termOf } from './rows.js';
+import { checkRowValues, checkSetColumns, checkTermCheck, rowRefusal, termOf } from './rows.js';
 import type { RowFence, RowValue } from './rows.js';
 
 export interface FencedUpdate {
@@ -36,6 +36,12 @@ export interface FencedUpdate {
    * then an unissued term is not detected.
    */
   readonly leaseTable?: string | null;
+  /**
+   * `issued` (default): a term up to the latest in `leaseTable` is accepted; `current`: only the
+   * latest (with an epoch table in this database, a deposed leader is refused at once, even on
+   * rows its successor has not written yet).
+   */
+  readonly termCheck?: 'issued' | 'current';
 }
 
 export interface FencedUpdateResult {
@@ -72,6 +78,7 @@ export async function fencedUpdate<Db>(dialect: SqlDialect<Db>, db: Db, token: F
   const leaseColumn = leaseColumnName === null ? null : ident('leaseColumn', leaseColumnName);
   const leaseTableName = update.leaseTable === undefined ? 'tenure_leases' : update.leaseTable;
   const leaseTable = leaseTableName === null ? null : tableName('leaseTable', leaseTableName);
+  const current = checkTermCheck(update.termCheck, leaseTableName) === 'current';
   const setEntries = checkRowValues('set', update.set ?? {}, d.nulRefusal);
   const whereEntries = checkRowValues('where', update.where, d.nulRefusal);
   checkSetColumns(setEntries, [tokenColumnName, leaseColumnName]);
@@ -93,7 +100,7 @@ export async function fencedUpdate<Db>(dialect: SqlDialect<Db>, db: Db, token: F
   const conds = whereEntries.map(([, v], i) => `${whereColumns[i]} = ${param(d.bind(v))}`);
   conds.push(`(${tokenColumn} IS NULL OR ${tokenColumn} <= ${d.term(param(token.term))})`);
   if (leaseColumn) conds.push(`(${leaseColumn} IS NULL OR ${d.leaseEquals(leaseColumn, d.lease(param(token.lease)))})`);
-  if (leaseTable) conds.push(`${d.term(param(token.term))} <= (SELECT l.term FROM ${leaseTable} AS l WHERE l.name = ${d.lease(param(token.lease))})`);
+  if (leaseTable) conds.push(`${d.term(param(token.term))} ${current ? '=' : '<='} (SELECT l.term FROM ${leaseTable} AS l WHERE l.name = ${d.lease(param(token.lease))})`);
   const sql = `UPDATE ${table} SET ${sets.join(', ')} WHERE ${conds.join(' AND ')}`;
   const updated = await explained(d, () => d.update(db, sql, values), leaseColumnName, leaseTableName);
   if (updated > 0) return { updated };
@@ -109,7 +116,7 @@ export async function fencedUpdate<Db>(dialect: SqlDialect<Db>, db: Db, token: F
     const l = await d.select(db, `SELECT term FROM ${leaseTable} WHERE name = ${d.lease(d.placeholder(1))}`, [token.lease]);
     issued = termOf(l[0]?.term);
   }
-  const refusal = rowRefusal(token, update.table, rows, issued);
+  const refusal = rowRefusal(token, update.table, rows, issued, current);
   if (refusal) throw refusal;
   return { updated: 0 };
 }

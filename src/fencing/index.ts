@@ -50,3 +50,7 @@ export { fencedFetch, fencingHeaders, checkFencedResponse, formatFencingHeader, 
 export type { FencingProblem, FencingHeader, FencedRequestInit } from './http.js';
 export { httpFence, HttpFence } from './http-guard.js';
 export type { HttpFenceOptions, HttpFenceGuard, Fenced, FencedRequestHead, ProblemResponse, FastifyLike, FastifyRequestLike, FastifyReplyLike, FastifyFencePlugin } from './http-guard.js';
+export { fencedInsert, fencedCompareAndSet, applyOnce, createIdempotencyTable, OUTCOME_MAX_BYTES } from './sql-commands.js';
+export type { FenceColumns, FencedInsert, FencedInsertResult, FencedCompareAndSet, CompareAndSetResult, ApplyOnceOptions, ApplyOnceResult, StoredOutcome } from './sql-commands.js';
+export { createEpochStore, epochLease, withEpoch } from './epoch.js';
+export type { EpochStore, EpochStoreOptions, SqlEpochOptions, RedisEpochOptions, RedisEpochClient, EtcdEpochOptions, EtcdEpochClient, EpochElector, EpochContext, EpochLeadership } from './epoch.js';

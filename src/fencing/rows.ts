@@ -56,7 +56,7 @@ export interface RowFence {
  * (StaleTermError, reported), or a term the lease store never issued (bad input). `issued` is the
  * lease's latest term, or undefined when the lease table is not checked.
  */
-export function rowRefusal(token: FencingToken, table: string, rows: readonly RowFence[], issued: number | null | undefined): Error | null {
+export function rowRefusal(token: FencingToken, table: string, rows: readonly RowFence[], issued: number | null | undefined, current = false): Error | null {
   if (rows.length === 0) return null;
   const foreign = rows.find((r) => r.lease !== null && r.lease !== token.lease);
   if (foreign) {
@@ -67,6 +67,8 @@ export function rowRefusal(token: FencingToken, table: string, rows: readonly Ro
   if (issued !== undefined && token.term > (issued ?? 0)) {
     return new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued ?? 0})`);
   }
+  // termCheck 'current': a term below the latest issued one is stale even where it wrote last.
+  if (current && issued !== undefined && (issued ?? 0) > token.term) return reportStale(new StaleTermError(token.lease, token.term, issued ?? 0), { table });
   return null;
 }
 
@@ -81,4 +83,12 @@ export function checkSetColumns(set: readonly [string, unknown][], reserved: rea
   for (const [column] of set) {
     if (reserved.includes(column)) throw new InvalidArgumentError(`set.${column}`, 'is written by fencedUpdate itself (the token column or the lease column)');
   }
+}
+
+/** Checks `termCheck`. */
+export function checkTermCheck(value: unknown, leaseTable: string | null): 'issued' | 'current' {
+  if (value === undefined) return 'issued';
+  if (value !== 'issued' && value !== 'current') throw new InvalidArgumentError('termCheck', `expected 'issued' or 'current', got ${JSON.stringify(value)}`);
+  if (value === 'current' && leaseTable === null) throw new InvalidArgumentError('termCheck', "'current' needs the table of terms (leaseTable) in this database");
+  return value;
 }

@@ -8,7 +8,8 @@ import type { AddressInfo } from 'node:net';
 import { StaleTermError } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
 import { FencedConsumer, consumeFencedJetStream, fencedMqttAcks, handleAmqpMessage, httpFence, sqlMessageLedger, sqliteDialect } from '../fencing/index.js';
-import type { AmqpMessage, JetStreamMessage, MessageVerdict, MqttPacket, SqliteDatabase } from '../fencing/index.js';
+import type { JsMsg } from 'nats';
+import type { AmqpMessage, MessageVerdict, MqttPacket, SqliteDatabase } from '../fencing/index.js';
 import { channelNames, connectAmqp, connectMqtt, connectNats, natsModule } from './demo-brokers.js';
 import { LEDGER_ROW, LEDGER_TABLE } from './demo-ledger.js';
 import type { ResourceContext, ServedResource } from './demo-resource-process.js';
@@ -150,8 +151,7 @@ async function serveNats(ctx: ResourceContext): Promise<ServedResource> {
     const jsm = await nc.jetstreamManager();
     await jsm.streams.add({ name: stream, subjects: [subject], storage: StorageType.Memory });
     await jsm.consumers.add(stream, { durable_name: CONSUMER, ack_policy: AckPolicy.Explicit });
-    // A nats JsMsg: the fencing adapter's structural type names only what it reads; the payload is `data`.
-    const consumer = await consumerOf<JetStreamMessage>(ctx, (m) => Buffer.from((m as JetStreamMessage & { data: Uint8Array }).data).toString('utf8'));
+    const consumer = await consumerOf<JsMsg>(ctx, (m) => m.string());
     const messages = await (await nc.jetstream().consumers.get(stream, CONSUMER)).consume();
     const done = consumeFencedJetStream(messages, consumer).catch((err: unknown) => ctx.error(`consumer stopped: ${(err as Error).message}`));
     return {

@@ -29,6 +29,8 @@ export interface DemoResource {
   readonly refusalsFrom: 'writer' | 'resource';
   /** Where a refusal the resource process reports happened, for the log (`at the consumer: dropped, never applied`). */
   readonly refusedWhere: string;
+  /** The resource's own process, when it has one: what it is (`service`, `consumer`) and its pid. */
+  readonly process?: { readonly name: string; readonly pid: number };
   /** Applied writes after `after`, in the order the resource applied them (at most `limit`). */
   read(after: number, limit: number): Promise<AppliedWrite[]>;
   close(): Promise<void>;
@@ -187,6 +189,7 @@ async function openResourceProcess(s: DemoResourceSetup, via: ResourceVia): Prom
     description: DESCRIPTIONS[via](broker, url),
     nodeArgs: via === 'http' ? ['--via', via, '--target', url] : ['--via', via, '--target', broker, '--channel', channel],
     refusalsFrom: 'resource',
+    process: { name: via === 'http' ? 'service' : 'consumer', pid: proc.pid ?? 0 },
     refusedWhere: via === 'http' ? 'by the service (409)' : 'at the consumer (dropped, never applied)',
     read: async (after, limit) => readLedger(db, after, limit),
     close,

@@ -26,6 +26,7 @@ import type { CommandSpec } from './args.js';
 import { signalExitCode } from './child.js';
 import { NODES_FILE } from './demo-node.js';
 import type { DemoNodeEvent } from './demo-node.js';
+import { WriteHistory } from './demo-history.js';
 import { DemoView } from './demo-view.js';
 import type { DemoNodeView, DemoSummary } from './demo-view.js';
 import { formatMs } from './output.js';
@@ -153,12 +154,9 @@ class Demo {
   private readonly pids: number[] = [];
   /** term -> owner, from the nodes' own `elected` reports. */
   private readonly electedBy = new Map<number, { owner: string; node: string }>();
-  /** term -> writer and entry count, from the resource's record of the writes it applied. */
-  private readonly termWriters = new Map<number, { owner: string; node: string; entries: number }>();
+  /** The checks on the resource's record of the writes it applied. */
+  private readonly history = new WriteHistory(this.violations);
   private staleRejected = 0;
-  private entries = 0;
-  private lastSeq = 0;
-  private lastTerm = 0;
   private lease: Lease | null = null;
   private readonly startedAt = performance.now();
   private readonly interrupt = new AbortController();
@@ -214,6 +212,7 @@ class Demo {
         onNote: (text) => this.note(text),
       });
       this.view.start(target.display, this.resource.description);
+      if (this.resource.process) this.note(`${this.resource.process.name} started (pid ${this.resource.process.pid})`);
       ticker = setInterval(() => void this.tick(), TICK_MS);
       try {
         await this.script();
@@ -225,7 +224,7 @@ class Demo {
       if (ticker) clearInterval(ticker);
       await this.shutdown();
       await this.tick(); // read what the nodes wrote last
-      this.checkElections();
+      this.history.checkElections(this.electedBy);
       await this.resource?.close().catch(() => {});
       await this.store?.close();
       if (this.dir) rmSync(this.dir, { recursive: true, force: true });
@@ -494,8 +493,12 @@ class Demo {
     try {
       this.lease = await this.store.read(GROUP);
       for (;;) {
-        const batch = await this.resource.read(this.lastSeq, limits.readLimitMax);
-        for (const e of batch) this.checkEntry(e.seq, e.term, e.payload);
+        const batch = await this.resource.read(this.history.lastSeq, limits.readLimitMax);
+        for (const e of batch) {
+          const name = this.history.add(e);
+          const writer = this.nodes.find((n) => n.name === name);
+          if (writer) writer.wrote++;
+        }
         if (batch.length < limits.readLimitMax) break;
       }
     } catch {
@@ -504,40 +507,6 @@ class Demo {
       this.ticking = false;
     }
     this.view.render(this.viewState());
-  }
-
-  /** The safety checks on each entry, in sequence order. */
-  private checkEntry(seq: number, term: number, payload: string): void {
-    if (seq !== this.lastSeq + 1) this.violations.push(`entry #${seq} follows #${this.lastSeq}: the sequence has a gap`);
-    if (term < this.lastTerm) this.violations.push(`entry #${seq} has term ${term} after term ${this.lastTerm}: a stale write was accepted`);
-    let writer: { node?: unknown; owner?: unknown } = {};
-    try {
-      writer = JSON.parse(payload) as { node?: unknown; owner?: unknown };
-    } catch {
-      this.violations.push(`entry #${seq} has a payload no node wrote`);
-    }
-    const owner = String(writer.owner ?? '?');
-    const node = String(writer.node ?? '?');
-    const seen = this.termWriters.get(term);
-    if (!seen) this.termWriters.set(term, { owner, node, entries: 1 });
-    else {
-      seen.entries++;
-      if (seen.owner !== owner) this.violations.push(`term ${term} has two writers: ${seen.owner} and ${owner} (entry #${seq})`);
-    }
-    const slot = this.nodes.find((n) => n.name === node);
-    if (slot) slot.wrote++;
-    this.lastSeq = seq;
-    this.lastTerm = Math.max(this.lastTerm, term);
-    this.entries++;
-  }
-
-  /** Every term that was written must have been won, by the node that wrote it. */
-  private checkElections(): void {
-    for (const [term, w] of this.termWriters) {
-      const won = this.electedBy.get(term);
-      if (!won) this.violations.push(`term ${term} was written by ${w.node} but no node reported winning it`);
-      else if (won.owner !== w.owner) this.violations.push(`term ${term} was won by ${won.node} but written by ${w.node}`);
-    }
   }
 
   // ---- helpers ----------------------------------------------------------------------------
@@ -576,9 +545,9 @@ class Demo {
       elapsedMs: this.elapsed(),
       nodes: this.nodes,
       lease: this.lease,
-      entries: this.entries,
-      lastSeq: this.lastSeq,
-      lastTerm: this.lastTerm,
+      entries: this.history.entries,
+      lastSeq: this.history.lastSeq,
+      lastTerm: this.history.lastTerm,
       staleRejected: this.staleRejected,
       violations: this.violations.length,
       label: this.resource?.label ?? 'stream',
@@ -586,12 +555,13 @@ class Demo {
   }
 
   private summary(): DemoSummary {
-    const terms = [...new Set([...this.electedBy.keys(), ...this.termWriters.keys()])]
+    const { termWriters } = this.history;
+    const terms = [...new Set([...this.electedBy.keys(), ...termWriters.keys()])]
       .sort((a, b) => a - b)
       .map((term) => ({
         term,
-        node: this.termWriters.get(term)?.node ?? this.electedBy.get(term)?.node ?? '?',
-        entries: this.termWriters.get(term)?.entries ?? 0,
+        node: termWriters.get(term)?.node ?? this.electedBy.get(term)?.node ?? '?',
+        entries: termWriters.get(term)?.entries ?? 0,
       }));
     const steps = this.failovers.length === 2 && this.staleRejected > 0;
     return {
@@ -603,7 +573,7 @@ class Demo {
       failovers: this.failovers,
       terms,
       staleRejected: this.staleRejected,
-      entries: this.entries,
+      entries: this.history.entries,
       violations: this.violations,
       problems: this.problems,
       pids: this.pids,

@@ -5,11 +5,12 @@
  * history shows no stale write. An unreachable broker is one line and exit code 1; a broker URL
  * of the wrong kind is bad input (exit 2).
  */
+import { spawn } from 'node:child_process';
 import { connect } from 'nats';
 import { afterAll, describe, expect, it } from 'vitest';
 import { expectTheStory } from './demo-story.js';
 import type { DemoSummaryJson } from './demo-story.js';
-import { cleanUp, sandbox, tenure } from './helpers.js';
+import { BIN, cleanUp, processAlive, sandbox, tenure, waitUntil } from './helpers.js';
 
 afterAll(cleanUp);
 
@@ -89,6 +90,23 @@ describe('tenure demo over a broker', () => {
     expect(r.stdout).toContain('written via  nats');
     // The run's stream is deleted when the demo ends.
     expect(await demoStreamsOnNats()).toEqual([]);
+  });
+
+  it('leaves no process and no stream behind when killed (SIGKILL) while a node is frozen', { timeout: 120_000 }, async () => {
+    const box = sandbox();
+    const demo = spawn(process.execPath, [BIN, 'demo', '--via', 'nats', '--broker', NATS_URL, '--duration', '20'], { cwd: box.dir, env: box.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    demo.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const exited = new Promise<void>((resolve) => demo.on('close', () => resolve()));
+    await waitUntil('a node to be frozen', () => / frozen \(SIGSTOP\)/.test(out), 60_000);
+    const pids = [...out.matchAll(/started \(pid (\d+)\)/g)].map((m) => Number(m[1]));
+    expect(pids.length).toBe(4); // the consumer and three nodes
+    demo.kill('SIGKILL');
+    await exited;
+    // The consumer and the nodes see their pipe close: the frozen node is resumed, all stop,
+    // and the consumer deletes the run's stream on its way out.
+    await waitUntil('every process to be gone', () => pids.every((pid) => !processAlive(pid)), 30_000);
+    await waitUntil('the run\'s stream to be deleted', async () => (await demoStreamsOnNats()).length === 0, 10_000);
   });
 
   it('TENURE_DEMO_BROKER points the demo elsewhere too', { timeout: 30_000 }, async () => {

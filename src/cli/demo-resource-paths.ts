@@ -179,12 +179,18 @@ async function serveAmqp(ctx: ResourceContext): Promise<ServedResource> {
     await ch.assertQueue(queue, { durable: false });
     await ch.prefetch(1);
     const consumer = await consumerOf<AmqpMessage>(ctx, (m) => m.content.toString('utf8'));
-    await ch.consume(queue, (msg) => {
-      if (msg === null) return ctx.error('RabbitMQ cancelled the consumer');
+    let closing = false;
+    const { consumerTag } = await ch.consume(queue, (msg) => {
+      if (msg === null) {
+        if (!closing) ctx.error('RabbitMQ cancelled the consumer');
+        return;
+      }
       handleAmqpMessage(consumer, ch, msg).catch((err: unknown) => ctx.error(`apply failed: ${(err as Error).message}`));
     });
     return {
       close: async () => {
+        closing = true;
+        await ch.cancel(consumerTag).catch(() => {});
         await ch.deleteQueue(queue).catch(() => {});
         await conn.close().catch(() => {});
       },

@@ -91,7 +91,7 @@ export function fencedHttpBenchmark(): Benchmark {
         };
         // Warm both (JIT, pools, the fence row recorded).
         for (const v of Object.values(variants)) await load(v.url, v.headers, WARMUP_SECONDS);
-        const rounds = Math.max(2, Math.min(options.cycles, 16));
+        const rounds = Math.max(2, Math.min(options.cycles, 20));
         const rate = { plain: [] as number[], fenced: [] as number[] };
         const p50 = { plain: [] as number[], fenced: [] as number[] };
         const ratios: number[] = [];

@@ -46,10 +46,10 @@ const BENCHMARKS: readonly Benchmark[] = [
   electionBenchmark({ name: 'postgres-election', target: 'postgres', ttlMs: TTL_MS, nodes: 3, prepare: freshPostgres, firstWrite: true, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   electionBenchmark({ name: 'mysql-election', target: 'mysql', ttlMs: TTL_MS, nodes: 3, prepare: freshMysql, firstWrite: true, handoffGoal: null, crashGoal: CRASH_30 }),
   ...sqlBenchmarks,
-  // Issue 22: HTTP requests through the fence middleware and guard vs the plain handler.
-  fencedHttpBenchmark(),
   // Issue 22: fenced row update vs plain UPDATE.
   ...fencedSqlBenchmarks,
+  // Issue 22: HTTP requests through the fence middleware and guard vs the plain handler.
+  fencedHttpBenchmark(),
   // Issue 13.
   electionBenchmark({ name: 'redis-election', target: 'redis', ttlMs: TTL_MS, nodes: 3, prepare: freshRedis, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   redisLocksBenchmark(),

@@ -241,7 +241,7 @@ export const frameworks: Framework[] = ['node:http', 'express', 'fastify'];
  * /health` is unfenced (no token required), `PUT /optional/:id` takes a token if one comes.
  */
 export async function startService<Tx>(framework: Framework, db: Db<Tx>, group: string): Promise<Service> {
-  const fence = httpFence<Tx>({ dialect: db.dialect, group, required: (req) => !isOptionalRoute(req) });
+  const fence = httpFence<Tx>({ dialect: db.dialect, group, required: (req) => !isOptionalRoute(req) && !isBoomRoute(req), onError: () => {} });
   await fence.ensureTable(db.pool);
   // node:http begins with the guard (guard.begin: BEGIN and the check together); Express and Fastify check in a transaction begun by hand.
   const apply = async (guard: { check(tx: Tx): Promise<void>; begin(tx: Tx): Promise<void>; token: { term: number } }, id: number, value: string): Promise<{ id: number; term: number }> => {
@@ -260,6 +260,7 @@ export async function startService<Tx>(framework: Framework, db: Db<Tx>, group: 
       fence.node(async (req, res) => {
         const m = /^\/(items|optional)\/(\d+)$/.exec(req.url ?? '');
         if (req.method === 'GET' && req.url === '/health') return void res.end('ok');
+        if (req.url === '/boom') throw new Error('kaboom');
         if (req.method !== 'PUT' || !m) {
           res.statusCode = 404;
           return void res.end();
@@ -277,6 +278,9 @@ export async function startService<Tx>(framework: Framework, db: Db<Tx>, group: 
     const app = express();
     app.use(express.json());
     app.get('/health', (_req, res) => void res.send('ok'));
+    app.get('/boom', async () => {
+      throw new Error('kaboom');
+    });
     app.put(['/items/:id', '/optional/:id'], fence.express(), async (req, res) => {
       const guard = (req as { fence?: unknown }).fence === null ? null : fence.guard(req);
       if (!guard) return void res.json({ unfenced: true });
@@ -288,6 +292,9 @@ export async function startService<Tx>(framework: Framework, db: Db<Tx>, group: 
   const app = Fastify();
   await app.register(fence.fastify);
   app.get('/health', async () => 'ok');
+  app.get('/boom', async () => {
+    throw new Error('kaboom');
+  });
   for (const path of ['/items/:id', '/optional/:id']) {
     app.put(path, async (request) => {
       const { fence: guard } = request as unknown as { fence: ReturnType<typeof fence.guard> | null };
@@ -298,6 +305,10 @@ export async function startService<Tx>(framework: Framework, db: Db<Tx>, group: 
   await app.listen({ port: 0, host: '127.0.0.1' });
   const port = (app.server.address() as AddressInfo).port;
   return { url: `http://127.0.0.1:${port}`, fence: fence as HttpFence<unknown>, close: () => app.close() };
+}
+
+function isBoomRoute(req: object): boolean {
+  return ((req as { url?: string }).url ?? '') === '/boom';
 }
 
 function isOptionalRoute(req: object): boolean {

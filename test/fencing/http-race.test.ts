@@ -58,6 +58,28 @@ describe.each(Object.keys(databases))('racing leaders of adjacent terms over HTT
     expect(outcomes[200]).toBeGreaterThan(150);
     console.info(`http race on ${dbName}: ${JSON.stringify(outcomes)}`);
   });
+
+  it("a new term's first writes all at once, on a group not yet in the fence table: each applied, or refused as busy (503) with nothing written", { timeout: 60_000 }, async () => {
+    const group = 'fresh-group';
+    await issue(db.store, group, 3);
+    const fresh = await startService('node:http', db as never, group);
+    try {
+      const before = Number((await db.rows('SELECT count(*) AS n FROM writes WHERE item = 2')).at(0)!.n);
+      const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => send(`${fresh.url}/items/2`, 'PUT', { 'Fencing-Token': `${group}#3` }, JSON.stringify({ value: `first-${i}` }))));
+      const ok = answers.filter((r) => r.status === 200).length;
+      for (const r of answers) {
+        expect([200, 503], r.text).toContain(r.status);
+        if (r.status === 503) expect(r.json()).toMatchObject({ type: 'urn:tenure:problem:fence-busy', status: 503, group });
+      }
+      expect(ok).toBeGreaterThan(0);
+      expect(Number((await db.rows('SELECT count(*) AS n FROM writes WHERE item = 2')).at(0)!.n)).toBe(before + ok);
+      const [row] = await db.rows(`SELECT term FROM tenure_http_fences WHERE name = ${db.dialect.placeholder(1)}`, [group]);
+      expect(Number(row!.term)).toBe(3);
+      console.info(`first writes on ${dbName}: ${ok} applied, ${30 - ok} busy`);
+    } finally {
+      await fresh.close();
+    }
+  });
 });
 
 describe('a leader whose fenced HTTP write is refused steps down', () => {

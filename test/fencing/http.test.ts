@@ -122,6 +122,12 @@ describe.each(Object.keys(databases))('HTTP fencing guard on %s', (dbName) => {
       expect(optional.json()).toEqual({ unfenced: true });
     });
 
+    it("passes any other error a handler throws on to the framework: a 500, not a problem", async () => {
+      const res = await send(`${svc.url}/boom`, 'GET', {});
+      expect(res.status).toBe(500);
+      expect(res.contentType).not.toMatch(/problem/);
+    });
+
     it('fencedFetch sends the context token; a 409 naming a higher term throws StaleTermError and is reported by the writer', async () => {
       const t = base + 6;
       const ok = await runFenced({ token: { lease: GROUP, term: t } }, () =>

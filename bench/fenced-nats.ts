@@ -62,7 +62,7 @@ export function fencedNatsBenchmark(): Benchmark {
   const name = 'fenced-nats';
   const description =
     `On NATS JetStream with a PostgreSQL apply: fenced publish (the token in the headers) + fenced consume (ledger row locked, term and stream sequence checked, ` +
-    `the message INSERTed and the ledger advanced in one transaction, acked after the commit) vs plain publish + plain consume (INSERT autocommit, then ack) ` +
+    `the message INSERTed and the ledger advanced in one transaction, acked after the commit; one message outstanding, for stream order) vs plain publish + plain consume (INSERT autocommit, then ack) ` +
     `and vs plain with the INSERT in a transaction (BEGIN, INSERT, COMMIT, then ack), ` +
     `${ROUNDS} rounds of ${PER_ROUND} messages per variant, in turn; each timed from the first publish to the last message applied.`;
   return {
@@ -90,7 +90,9 @@ export function fencedNatsBenchmark(): Benchmark {
         await jsm.streams.add({ name: stream, subjects: [`${stream}.>`] });
         stops.push(() => jsm.streams.delete(stream));
         for (const v of ['plain', 'tx', 'fenced']) {
-          await jsm.consumers.add(stream, { durable_name: v, filter_subject: `${stream}.${v}`, ack_policy: AckPolicy.Explicit, ack_wait: 30_000_000_000 });
+          // The fenced consumer applies in stream order: one message outstanding (FENCED_JETSTREAM_CONSUMER); the plain ones take JetStream's default.
+          const fenced = v === 'fenced' ? { max_ack_pending: fencing.FENCED_JETSTREAM_CONSUMER.max_ack_pending } : {};
+          await jsm.consumers.add(stream, { durable_name: v, filter_subject: `${stream}.${v}`, ack_policy: AckPolicy.Explicit, ack_wait: 30_000_000_000, ...fenced });
         }
 
         const plainDone = new Counter();

@@ -12,6 +12,8 @@ export type TenureErrorCode =
   | 'LOCK_TIMEOUT'
   | 'DRIVER_MISSING'
   | 'CLOSED'
+  // A fenced message consumer waiting for an earlier message that failed (src/fencing/messages.ts):
+  | 'CONSUMER_HALTED'
   // The Raft core's errors (RaftError and its subclasses, src/raft/core/errors.ts):
   | 'PROPOSAL_DROPPED'
   | 'LOG_COMPACTED'

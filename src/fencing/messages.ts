@@ -20,7 +20,7 @@
  * A check that is not in the apply's transaction is not fencing: a consumer that checks the term
  * first and writes afterwards can interleave with a redelivery or a second consumer.
  */
-import { InvalidArgumentError, StaleTermError, checkName, makeToken, reportFencedWrite } from '../core/index.js';
+import { InvalidArgumentError, StaleTermError, TenureError, checkName, makeToken, reportFencedWrite } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
 import { refuse, requireFence } from './context.js';
 import type { SqlDialect } from './dialects.js';
@@ -182,6 +182,24 @@ export interface LedgerStep<T> {
   readonly advance?: MessageMark;
 }
 
+/**
+ * A FencedConsumer refuses to handle a message because an earlier one failed to apply and has not
+ * come back yet: applying a later message first would record a position past the failed one, and
+ * its redelivery would then look applied. Not acknowledged: the broker redelivers it.
+ */
+export class ConsumerHaltedError extends TenureError {
+  /** The message that failed: `<group>#<term>` and its position. */
+  readonly waitingFor: { readonly token: string; readonly position: number };
+  constructor(waitingFor: { token: string; position: number }, cause: unknown) {
+    super(
+      'CONSUMER_HALTED',
+      `not handled: the message at position ${waitingFor.position} of ${waitingFor.token} failed to apply (${cause instanceof Error ? cause.message : String(cause)}); later messages wait for its redelivery, so that none is applied before it`,
+      { cause },
+    );
+    this.waitingFor = waitingFor;
+  }
+}
+
 /** Counts of a FencedConsumer's verdicts since it was made. */
 export interface MessageCounts {
   applied: number;
@@ -213,6 +231,8 @@ export class FencedConsumer<Tx, M = unknown> {
   readonly counts: MessageCounts = { applied: 0, duplicate: 0, stale: 0, invalid: 0 };
   private readonly options: FencedConsumerOptions<Tx, M>;
   private queue: Promise<unknown> = Promise.resolve();
+  /** The message whose apply failed, until it is handled again: later messages are refused meanwhile. */
+  private failed: { readonly token: string; readonly position: number; readonly error: unknown } | null = null;
 
   constructor(options: FencedConsumerOptions<Tx, M>) {
     if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', 'expected { group, consumer, ledger, apply }');
@@ -228,7 +248,10 @@ export class FencedConsumer<Tx, M = unknown> {
   /**
    * Decide and apply one message. Resolves to its verdict (invalid metadata, a stale term and a
    * duplicate are verdicts, not errors); rejects when the apply or the ledger failed, and then
-   * nothing was committed and the message must not be acknowledged.
+   * nothing was committed and the message must not be acknowledged. After such a failure every
+   * later message is refused with ConsumerHaltedError (not applied, not to be acknowledged) until
+   * the failed one is handled again: the brokers redeliver it first (JetStream after the nak,
+   * RabbitMQ after the requeue, MQTT when the client reconnects its persistent session).
    */
   handle(message: M, meta: MessageMetadata): Promise<MessageVerdict> {
     const run = this.queue.then(
@@ -237,6 +260,14 @@ export class FencedConsumer<Tx, M = unknown> {
     );
     this.queue = run.catch(() => undefined);
     return run;
+  }
+
+  /**
+   * Lift the halt after a failed apply without waiting for that message to come back (when it
+   * will not: dead-lettered, expired, or handled elsewhere). Later messages are handled again.
+   */
+  resume(): void {
+    this.failed = null;
   }
 
   private async handleNow(message: M, meta: MessageMetadata): Promise<MessageVerdict> {
@@ -249,6 +280,11 @@ export class FencedConsumer<Tx, M = unknown> {
     }
     const { ledger, apply } = this.options;
     const { token, position } = fence;
+    const tokenText = formatToken(token);
+    if (this.failed) {
+      if (this.failed.token !== tokenText || this.failed.position !== position) throw new ConsumerHaltedError(this.failed, this.failed.error);
+      this.failed = null; // the failed message is back: handle it, and what follows it
+    }
     const start = performance.now();
     let verdict: MessageVerdict;
     try {
@@ -272,6 +308,7 @@ export class FencedConsumer<Tx, M = unknown> {
       });
     } catch (err) {
       reportFencedWrite({ path: 'message', lease: this.group, ms: performance.now() - start, outcome: 'error' });
+      this.failed = { token: tokenText, position, error: err };
       throw err;
     }
     reportFencedWrite({ path: 'message', lease: this.group, ms: performance.now() - start, outcome: verdict.outcome === 'stale' ? 'stale' : 'ok' });
@@ -292,6 +329,24 @@ export class FencedConsumer<Tx, M = unknown> {
     }
     return verdict;
   }
+}
+
+/**
+ * A ledger in this process's memory, for applications whose applied state lives in the same
+ * memory (tests, demos, an in-memory projection rebuilt from the stream at start): it is lost
+ * with the process, exactly as that state is. Nothing is rolled back when the apply throws
+ * halfway: only the mark is not advanced. Durable state needs `sqlMessageLedger`.
+ */
+export function memoryMessageLedger(): MessageLedger<null> {
+  const marks = new Map<string, MessageMark>();
+  return {
+    async run<T>(consumer: string, group: string, step: (tx: null, mark: MessageMark | null) => Promise<LedgerStep<T>>): Promise<T> {
+      const key = JSON.stringify([checkName('consumer', consumer), checkName('group', group)]);
+      const { value, advance } = await step(null, marks.get(key) ?? null);
+      if (advance) marks.set(key, { term: advance.term, position: advance.position });
+      return value;
+    },
+  };
 }
 
 // ---- The SQL ledger: one small table on the application's own database -------------------------

@@ -87,6 +87,16 @@ export async function publishFencedJetStream(js: JetStreamPublisher, subject: st
   return { stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate, fence };
 }
 
+/**
+ * The JetStream consumer settings a fenced consumer needs (spread them into
+ * `jsm.consumers.add(stream, { durable_name, ...FENCED_JETSTREAM_CONSUMER })`): explicit acks,
+ * and one message outstanding at a time. The ledger recognises a redelivery by its stream
+ * sequence being at or below the last applied one, which holds only when messages are applied in
+ * stream order; with more than one outstanding, JetStream may redeliver a later message before an
+ * earlier one after a crash, and the earlier one, never applied, would look applied.
+ */
+export const FENCED_JETSTREAM_CONSUMER = Object.freeze({ ack_policy: 'explicit', max_ack_pending: 1 } as const);
+
 /** A header's value: undefined when absent, an array when repeated (refused as such). */
 function header(h: NatsHeaders | undefined, key: string): string | string[] | undefined {
   if (!h || !h.has(key)) return undefined;

@@ -8,8 +8,8 @@ import amqp from 'amqplib';
 import type { Channel, ChannelModel, ConsumeMessage } from 'amqplib';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { NoTokenError, makeToken } from '../../src/core/index.js';
-import { handleAmqpMessage, publishFencedAmqp, runFenced } from '../../src/fencing/index.js';
-import type { AmqpMessage, MessageVerdict } from '../../src/fencing/index.js';
+import { FencedConsumer, handleAmqpMessage, postgresDialect, publishFencedAmqp, runFenced, sqlMessageLedger } from '../../src/fencing/index.js';
+import type { AmqpMessage, MessageVerdict, PgQueryable } from '../../src/fencing/index.js';
 import { pollUntil } from '../fixtures/harness.js';
 import { appliedConsumer, appliedDb, badTokens, uniqueName } from './message-fixtures.js';
 import type { AppliedDb } from './message-fixtures.js';
@@ -117,5 +117,36 @@ describe('fenced messages on RabbitMQ', () => {
     const reasons = verdicts.map((v: MessageVerdict) => ('reason' in v ? v.reason : ''));
     bad.forEach((b, i) => expect(reasons[i], b.name).toMatch(b.reason));
     expect(reasons.slice(bad.length)).toEqual([expect.stringMatching(/Fencing-Token: missing/), expect.stringMatching(/Fencing-Token: expected text/), expect.stringMatching(/Fencing-Seq: missing/)]);
+  });
+
+  it('an apply that fails once: that message and the ones behind it are requeued, and all are applied once, in order', async () => {
+    const q = await queue();
+    const d = await db();
+    const group = uniqueName('orders');
+    for (let i = 1; i <= 6; i++) publishFencedAmqp(ch, '', q.name, Buffer.from(`m${i}`), { token: makeToken(group, 1) });
+    await (ch as amqp.ConfirmChannel).waitForConfirms();
+    let failures = 0;
+    const consumer = new FencedConsumer<PgQueryable, AmqpMessage>({
+      group,
+      consumer: 'projector',
+      ledger: sqlMessageLedger(postgresDialect, d.pool),
+      apply: async (tx, m) => {
+        await tx.query('INSERT INTO applied (payload, term, pos) VALUES ($1, 1, 0)', [m.content.toString()]);
+        if (m.content.toString() === 'm2' && failures++ === 0) throw new Error('database hiccup');
+      },
+    });
+    const cch = await conn.createChannel();
+    cleanups.push(() => cch.close());
+    await cch.prefetch(10);
+    const errors: string[] = [];
+    await cch.consume(q.name, (msg) => {
+      if (msg) handleAmqpMessage(consumer, cch, msg).catch((err: unknown) => errors.push((err as Error).name));
+    });
+    await pollUntil('all six applied', 20_000, async () => consumer.counts.applied === 6 && (await depth(q.name)) === 0);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await d.applied()).toEqual(['m1', 'm2', 'm3', 'm4', 'm5', 'm6']);
+    expect(errors[0]).toBe('Error');
+    expect(errors.slice(1).every((e) => e === 'ConsumerHaltedError')).toBe(true);
+    expect(consumer.counts.duplicate).toBe(0);
   });
 });

@@ -8,7 +8,7 @@ import { AckPolicy, connect, headers } from 'nats';
 import type { ConsumerMessages, JetStreamClient, JetStreamManager, NatsConnection } from 'nats';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { NoTokenError, makeToken } from '../../src/core/index.js';
-import { consumeFencedJetStream, handleNatsMessage, publishFencedJetStream, publishFencedNats, runFenced } from '../../src/fencing/index.js';
+import { FENCED_JETSTREAM_CONSUMER, consumeFencedJetStream, handleNatsMessage, publishFencedJetStream, publishFencedNats, runFenced } from '../../src/fencing/index.js';
 import type { JetStreamMessage, MessageVerdict, NatsMessage } from '../../src/fencing/index.js';
 import { pollUntil } from '../fixtures/harness.js';
 import { appliedConsumer, appliedDb, badTokens, uniqueName } from './message-fixtures.js';
@@ -38,7 +38,7 @@ async function stream(): Promise<{ name: string; subject: string; durable: strin
   await jsm.streams.add({ name, subjects: [`${name}.>`] });
   cleanups.push(() => jsm.streams.delete(name));
   const durable = 'projector';
-  await jsm.consumers.add(name, { durable_name: durable, ack_policy: AckPolicy.Explicit, ack_wait: 5_000_000_000 });
+  await jsm.consumers.add(name, { durable_name: durable, ...FENCED_JETSTREAM_CONSUMER, ack_policy: AckPolicy.Explicit, ack_wait: 5_000_000_000 });
   return { name, subject: `${name}.orders`, durable };
 }
 

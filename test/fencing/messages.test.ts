@@ -14,6 +14,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, NoTokenError, makeToken, onFencedRejection } from '../../src/core/index.js';
 import type { FencedRejection } from '../../src/core/index.js';
 import {
+  ConsumerHaltedError,
   FencedConsumer,
   mysqlDialect,
   nextMessageFence,
@@ -21,6 +22,7 @@ import {
   readMessageFence,
   runFenced,
   sqlMessageLedger,
+  memoryMessageLedger,
   sqliteDialect,
 } from '../../src/fencing/index.js';
 import type { MessageLedger } from '../../src/fencing/index.js';
@@ -59,6 +61,9 @@ describe('fenced message metadata', () => {
 
 interface LedgerHarness {
   ledger: MessageLedger<unknown>;
+  /** A ledger that checks terms against the table `leases` (name, term) of the same database. */
+  leasesLedger: MessageLedger<unknown>;
+  exec(sql: string): Promise<void>;
   /** Insert into the application's table through the transaction's connection. */
   insert(tx: unknown, payload: string): Promise<void>;
   applied(): Promise<string[]>;
@@ -75,6 +80,8 @@ const dialects: Record<string, () => Promise<LedgerHarness>> = {
     await ledger.createTable();
     return {
       ledger: ledger as MessageLedger<unknown>,
+      leasesLedger: sqlMessageLedger(postgresDialect, pool, { table: 'fences_checked', leaseTable: 'leases' }) as MessageLedger<unknown>,
+      exec: async (sql) => void (await pool.query(sql)),
       insert: async (tx, payload) => void (await (tx as pg.PoolClient).query('INSERT INTO applied (payload) VALUES ($1)', [payload])),
       applied: async () => (await pool.query<{ payload: string }>('SELECT payload FROM applied ORDER BY id')).rows.map((r) => r.payload),
       close: async () => {
@@ -91,6 +98,8 @@ const dialects: Record<string, () => Promise<LedgerHarness>> = {
     await ledger.createTable();
     return {
       ledger: ledger as MessageLedger<unknown>,
+      leasesLedger: sqlMessageLedger(mysqlDialect, pool, { table: 'fences_checked', leaseTable: 'leases' }) as MessageLedger<unknown>,
+      exec: async (sql) => void (await pool.query(sql)),
       insert: async (tx, payload) => void (await (tx as mysql.PoolConnection).execute('INSERT INTO applied (payload) VALUES (?)', [payload])),
       applied: async () => ((await pool.query('SELECT payload FROM applied ORDER BY id'))[0] as { payload: string }[]).map((r) => r.payload),
       close: async () => {
@@ -107,6 +116,8 @@ const dialects: Record<string, () => Promise<LedgerHarness>> = {
     await ledger.createTable();
     return {
       ledger: ledger as MessageLedger<unknown>,
+      leasesLedger: sqlMessageLedger(sqliteDialect, db, { table: 'fences_checked', leaseTable: 'leases' }) as MessageLedger<unknown>,
+      exec: async (sql) => void db.exec(sql),
       insert: async (tx, payload) => void (tx as Database.Database).prepare('INSERT INTO applied (payload) VALUES (?)').run(payload),
       applied: async () => (db.prepare('SELECT payload FROM applied ORDER BY id').all() as { payload: string }[]).map((r) => r.payload),
       close: async () => {
@@ -151,12 +162,61 @@ describe.each(Object.keys(dialects))('message ledger on %s', (name) => {
       failNext = true;
       await expect(consumer.handle('d', at(4, 2))).rejects.toThrow(/apply failed/);
       failNext = false;
+      // A later message waits for the failed one: applied first, it would make the failed one look applied.
+      await expect(consumer.handle('e', at(4, 3))).rejects.toThrow(ConsumerHaltedError);
+      await expect(consumer.handle('e', at(4, 3))).rejects.toThrow(/position 2 of .*#4 failed to apply \(apply failed after its insert\); later messages wait/);
       // The failed apply's insert and its mark were rolled back together: the message is new again.
       expect((await consumer.handle('d', at(4, 2))).outcome).toBe('applied');
-      expect(await h.applied()).toEqual(['a', 'b', 'c', 'd']);
-      expect(consumer.counts).toEqual({ applied: 4, duplicate: 1, stale: 1, invalid: 1 });
+      expect((await consumer.handle('e', at(4, 3))).outcome).toBe('applied');
+      expect(await h.applied()).toEqual(['a', 'b', 'c', 'd', 'e']);
+      expect(consumer.counts).toEqual({ applied: 5, duplicate: 1, stale: 1, invalid: 1 });
     } finally {
       await h.close();
     }
+  });
+});
+
+describe.each(Object.keys(dialects))('message ledger with the lease table on %s', (name) => {
+  it('a term the lease store never issued is refused, so a forged term cannot poison the ledger', async () => {
+    const h = await dialects[name]!();
+    try {
+      await h.exec('CREATE TABLE leases (name VARCHAR(200) PRIMARY KEY, term BIGINT NOT NULL)');
+      await h.exec("INSERT INTO leases (name, term) VALUES ('orders', 3)");
+      await (h.leasesLedger as unknown as { createTable(): Promise<void> }).createTable();
+      const consumer = new FencedConsumer<unknown, string>({ group: 'orders', consumer: 'p', ledger: h.leasesLedger, apply: (tx, payload) => h.insert(tx, payload) });
+      expect(await consumer.handle('forged', { token: 'orders#1000', position: '1' })).toMatchObject({ outcome: 'invalid', reason: /term 1000 was never issued for group orders \(latest 3\)/ });
+      expect((await consumer.handle('real', { token: 'orders#3', position: '1' })).outcome).toBe('applied');
+      expect(await h.applied()).toEqual(['real']);
+    } finally {
+      await h.close();
+    }
+  });
+});
+
+describe('memory message ledger', () => {
+  it('applies once, drops a lower term and a redelivery, and does not advance when the apply throws', async () => {
+    const applied: string[] = [];
+    let fail = false;
+    const consumer = new FencedConsumer<null, string>({
+      group: 'demo',
+      consumer: 'view',
+      ledger: memoryMessageLedger(),
+      apply: async (_tx, payload) => {
+        if (fail) throw new Error('apply failed');
+        applied.push(payload);
+      },
+    });
+    const at = (term: number, position: number) => ({ token: `demo#${term}`, position });
+    expect((await consumer.handle('a', at(1, 1))).outcome).toBe('applied');
+    expect((await consumer.handle('a', at(1, 1))).outcome).toBe('duplicate');
+    expect((await consumer.handle('b', at(2, 5))).outcome).toBe('applied');
+    expect((await consumer.handle('zombie', at(1, 2))).outcome).toBe('stale');
+    fail = true;
+    await expect(consumer.handle('c', at(2, 6))).rejects.toThrow(/apply failed/);
+    fail = false;
+    await expect(consumer.handle('d', at(2, 7))).rejects.toThrow(ConsumerHaltedError);
+    consumer.resume(); // 'c' will not come back: handle what follows
+    expect((await consumer.handle('d', at(2, 7))).outcome).toBe('applied');
+    expect(applied).toEqual(['a', 'b', 'd']);
   });
 });

@@ -9,8 +9,8 @@
 //
 //   node consumer.mjs NATS_URL STREAM DB_FILE
 import Database from 'better-sqlite3';
-import { AckPolicy, connect } from 'nats';
-import { FencedConsumer, consumeFencedJetStream, sqlMessageLedger, sqliteDialect } from 'tenure/fencing';
+import { connect } from 'nats';
+import { FENCED_JETSTREAM_CONSUMER, FencedConsumer, consumeFencedJetStream, sqlMessageLedger, sqliteDialect } from 'tenure/fencing';
 
 const [natsUrl, stream, dbFile] = process.argv.slice(2);
 if (!natsUrl || !stream || !dbFile) {
@@ -41,7 +41,8 @@ const consumer = new FencedConsumer({
 
 const nc = await connect({ servers: natsUrl });
 const jsm = await nc.jetstreamManager();
-await jsm.consumers.add(stream, { durable_name: 'order-projector', ack_policy: AckPolicy.Explicit });
+// Explicit acks and one message outstanding: the ledger knows a redelivery by its stream sequence.
+await jsm.consumers.add(stream, { durable_name: 'order-projector', ...FENCED_JETSTREAM_CONSUMER });
 const messages = await (await nc.jetstream().consumers.get(stream, 'order-projector')).consume();
 say({ event: 'ready' });
 

@@ -7,7 +7,7 @@ import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { StaleTermError } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
-import { FencedConsumer, consumeFencedJetStream, fencedMqttAcks, handleAmqpMessage, httpFence, sqlMessageLedger, sqliteDialect } from '../fencing/index.js';
+import { FENCED_JETSTREAM_CONSUMER, FencedConsumer, consumeFencedJetStream, fencedMqttAcks, handleAmqpMessage, httpFence, sqlMessageLedger, sqliteDialect } from '../fencing/index.js';
 import type { JsMsg } from 'nats';
 import type { AmqpMessage, MessageVerdict, MqttPacket, SqliteDatabase } from '../fencing/index.js';
 import { channelNames, connectAmqp, connectMqtt, connectNats, natsModule } from './demo-brokers.js';
@@ -150,7 +150,9 @@ async function serveNats(ctx: ResourceContext): Promise<ServedResource> {
   try {
     const jsm = await nc.jetstreamManager();
     await jsm.streams.add({ name: stream, subjects: [subject], storage: StorageType.Memory });
-    await jsm.consumers.add(stream, { durable_name: CONSUMER, ack_policy: AckPolicy.Explicit });
+    // Explicit acks, one message outstanding: the ledger knows a redelivery by its stream sequence.
+    // (nats' types want its AckPolicy enum for the same 'explicit'.)
+    await jsm.consumers.add(stream, { durable_name: CONSUMER, ...FENCED_JETSTREAM_CONSUMER, ack_policy: AckPolicy.Explicit });
     const consumer = await consumerOf<JsMsg>(ctx, (m) => m.string());
     const messages = await (await nc.jetstream().consumers.get(stream, CONSUMER)).consume();
     const done = consumeFencedJetStream(messages, consumer).catch((err: unknown) => ctx.error(`consumer stopped: ${(err as Error).message}`));

@@ -25,8 +25,8 @@ import { freshPostgres, randomTag } from './lib/servers.js';
 import { metric, opsPerSecond } from './lib/stats.js';
 import type { BenchOptions, BenchResult, Benchmark } from './lib/types.js';
 
-const ROUNDS = 12;
-const PER_ROUND = 300;
+const ROUNDS = 20;
+const PER_ROUND = 200;
 const WARMUP = 200;
 const NATS_URL = process.env.TENURE_BENCH_NATS_URL ?? '127.0.0.1:4222';
 

@@ -7,7 +7,8 @@
  * dead-letter exchange, and drops it otherwise.
  */
 import { InvalidArgumentError } from '../core/index.js';
-import { FENCING_SEQ_HEADER, FENCING_TOKEN_HEADER, nextMessageFence, settles } from './messages.js';
+import { FENCING_TOKEN_HEADER } from './http.js';
+import { FENCING_SEQ_HEADER, nextMessageFence, settles } from './messages.js';
 import type { FencedConsumer, FencedPublishOptions, MessageFence, MessageVerdict } from './messages.js';
 
 /** amqplib's publish options, as far as fencing touches them (the rest pass through). */

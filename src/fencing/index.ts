@@ -19,7 +19,14 @@ export { fencedUpdate, type FencedUpdate, type FencedUpdateResult } from './fenc
 export { postgresDialect, mysqlDialect, sqliteDialect } from './dialects.js';
 export type { SqlDialect, MissingObject, PgQueryable, MysqlExecutor, SqliteDatabase } from './dialects.js';
 export type { RowValue } from './rows.js';
-// FENCING_TOKEN_HEADER ('Fencing-Token') is the same name on HTTP and in message metadata: exported once, from http.js.
+export { fencedInsert, fencedCompareAndSet, applyOnce, createIdempotencyTable, OUTCOME_MAX_BYTES } from './sql-commands.js';
+export type { FenceColumns, FencedInsert, FencedInsertResult, FencedCompareAndSet, CompareAndSetResult, ApplyOnceOptions, ApplyOnceResult, StoredOutcome } from './sql-commands.js';
+export { createEpochStore, epochLease, withEpoch } from './epoch.js';
+export type { EpochStore, EpochStoreOptions, SqlEpochOptions, RedisEpochOptions, RedisEpochClient, EtcdEpochOptions, EtcdEpochClient, EpochElector, EpochContext, EpochLeadership } from './epoch.js';
+export { fencedFetch, fencingHeaders, checkFencedResponse, formatFencingHeader, parseFencingHeader, FENCING_TOKEN_HEADER, FENCING_HEADER_MAX, FENCING_PROBLEMS } from './http.js';
+export type { FencingProblem, FencingHeader, FencedRequestInit } from './http.js';
+export { httpFence, HttpFence } from './http-guard.js';
+export type { HttpFenceOptions, HttpFenceGuard, Fenced, FencedRequestHead, ProblemResponse, FastifyLike, FastifyRequestLike, FastifyReplyLike, FastifyFencePlugin } from './http-guard.js';
 export {
   FENCING_SEQ_HEADER,
   messageLimits,
@@ -48,11 +55,3 @@ export { publishFencedAmqp, handleAmqpMessage } from './amqp.js';
 export type { AmqpChannel, AmqpMessage, AmqpConsumerChannel, AmqpPublishOptions, FencedAmqpPublishOptions } from './amqp.js';
 export { publishFencedMqtt, fencedMqttAcks, MQTT_REFUSED_REASON } from './mqtt.js';
 export type { MqttPublisher, MqttPublishOptions, MqttPacket, MqttAckHandler, FencedMqttPublishOptions } from './mqtt.js';
-export { fencedFetch, fencingHeaders, checkFencedResponse, formatFencingHeader, parseFencingHeader, FENCING_TOKEN_HEADER, FENCING_HEADER_MAX, FENCING_PROBLEMS } from './http.js';
-export type { FencingProblem, FencingHeader, FencedRequestInit } from './http.js';
-export { httpFence, HttpFence } from './http-guard.js';
-export type { HttpFenceOptions, HttpFenceGuard, Fenced, FencedRequestHead, ProblemResponse, FastifyLike, FastifyRequestLike, FastifyReplyLike, FastifyFencePlugin } from './http-guard.js';
-export { fencedInsert, fencedCompareAndSet, applyOnce, createIdempotencyTable, OUTCOME_MAX_BYTES } from './sql-commands.js';
-export type { FenceColumns, FencedInsert, FencedInsertResult, FencedCompareAndSet, CompareAndSetResult, ApplyOnceOptions, ApplyOnceResult, StoredOutcome } from './sql-commands.js';
-export { createEpochStore, epochLease, withEpoch } from './epoch.js';
-export type { EpochStore, EpochStoreOptions, SqlEpochOptions, RedisEpochOptions, RedisEpochClient, EtcdEpochOptions, EtcdEpochClient, EpochElector, EpochContext, EpochLeadership } from './epoch.js';

@@ -20,20 +20,22 @@
  * A check that is not in the apply's transaction is not fencing: a consumer that checks the term
  * first and writes afterwards can interleave with a redelivery or a second consumer.
  */
-import { InvalidArgumentError, StaleTermError, TenureError, checkName, makeToken, reportFencedWrite } from '../core/index.js';
+import { InvalidArgumentError, StaleTermError, TenureError, checkName, checkToken, makeToken, reportFencedWrite } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
 import { refuse, requireFence } from './context.js';
 import type { SqlDialect } from './dialects.js';
+import { FENCING_HEADER_MAX, FENCING_TOKEN_HEADER, formatFencingHeader, parseFencingHeader } from './http.js';
 import { formatToken } from './token.js';
 
-/** The metadata key of the token, on every broker (NATS header, AMQP header, MQTT v5 user property). */
-export const FENCING_TOKEN_HEADER = 'Fencing-Token';
+// The token travels under the HTTP header's name and in its form on every broker (NATS header,
+// AMQP header, MQTT v5 user property): `group#term`, the group percent-encoded outside visible
+// ASCII (formatFencingHeader), so one parser (parseFencingHeader) reads it everywhere.
 /** The metadata key of the publish's number within its leadership (1, 2, 3… per process). */
 export const FENCING_SEQ_HEADER = 'Fencing-Seq';
 
 export const messageLimits = {
-  /** The longest Fencing-Token value read (a 200-character group, `#`, 16 digits, with room). */
-  tokenHeaderMaxChars: 256,
+  /** The longest Fencing-Token value read (FENCING_HEADER_MAX: a 200-character group percent-encoded, `#`, 16 digits). */
+  tokenHeaderMaxChars: FENCING_HEADER_MAX,
   /** The longest Fencing-Seq value read (a safe integer has at most 16 digits). */
   seqHeaderMaxChars: 16,
   /** Tokens whose publish counters are kept in one process (the oldest is forgotten first). */
@@ -43,7 +45,7 @@ export const messageLimits = {
 /** The metadata one fenced publish carries. */
 export interface MessageFence {
   readonly token: FencingToken;
-  /** `Fencing-Token` value: `<group>#<term>`. */
+  /** `Fencing-Token` value: `<group>#<term>` (the group percent-encoded outside visible ASCII). */
   readonly tokenText: string;
   /** `Fencing-Seq` value: this publish's number within the token's leadership in this process. */
   readonly seq: number;
@@ -65,14 +67,15 @@ const publishCounters = new Map<string, number>();
 export function nextMessageFence(what: string, options: FencedPublishOptions = {}): MessageFence {
   let token: FencingToken;
   if (options.token !== undefined) {
-    token = makeToken(options.token.lease, options.token.term);
+    const given = checkToken('token', options.token);
+    token = makeToken(given.lease, given.term);
     if (options.group !== undefined && token.lease !== options.group) {
       throw new InvalidArgumentError('token', `is for group ${token.lease}, not ${options.group}`);
     }
   } else {
     token = requireFence(what, options.group).token;
   }
-  const tokenText = formatToken(token);
+  const tokenText = formatFencingHeader(token);
   const seq = (publishCounters.get(tokenText) ?? 0) + 1;
   // Most recently used last, so the oldest leadership's counter is the one forgotten.
   publishCounters.delete(tokenText);
@@ -131,22 +134,11 @@ export function readMessageFence(group: string, meta: MessageMetadata): { token:
     throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `missing: a fenced consumer applies only messages published with a token (publish with tenure's fenced publish)`);
   }
   const tokenText = text(meta.token);
-  if (tokenText === undefined) throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `expected text <group>#<term>, got ${typeof meta.token}`);
-  if (tokenText.length > messageLimits.tokenHeaderMaxChars) {
-    throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `is ${tokenText.length} characters, at most ${messageLimits.tokenHeaderMaxChars}`);
-  }
-  const at = tokenText.lastIndexOf('#');
-  const termText = at > 0 ? tokenText.slice(at + 1) : '';
-  if (at <= 0 || !/^[1-9][0-9]*$/.test(termText)) {
-    throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `expected <group>#<term> with a positive integer term, got ${shown(tokenText)}`);
-  }
-  const term = Number(termText);
-  if (!Number.isSafeInteger(term)) {
-    throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `term ${termText.length > 20 ? `${termText.slice(0, 20)}…` : termText} is beyond 2^53 - 1: no store issues such a term`);
-  }
-  const lease = tokenText.slice(0, at);
-  if (lease !== group) throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `is for group ${shown(lease)}, this consumer fences group ${shown(group)}`);
-  const token = makeToken(lease, term);
+  if (tokenText === undefined) throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `expected text <group>#<term>, got ${Array.isArray(meta.token) ? `${meta.token.length} values` : typeof meta.token}`);
+  const parsed = parseFencingHeader([tokenText]);
+  if (parsed.kind !== 'token') throw new InvalidArgumentError(FENCING_TOKEN_HEADER, parsed.kind === 'missing' ? 'missing' : parsed.detail);
+  const token = parsed.token;
+  if (token.lease !== group) throw new InvalidArgumentError(FENCING_TOKEN_HEADER, `is for group ${shown(token.lease)}, this consumer fences group ${shown(group)}`);
   let position: number;
   if (typeof meta.position === 'number') {
     position = meta.position;

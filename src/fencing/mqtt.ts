@@ -8,7 +8,8 @@
  * redelivers it to the persistent session on reconnect).
  */
 import { InvalidArgumentError } from '../core/index.js';
-import { FENCING_SEQ_HEADER, FENCING_TOKEN_HEADER, nextMessageFence, settles } from './messages.js';
+import { FENCING_TOKEN_HEADER } from './http.js';
+import { FENCING_SEQ_HEADER, nextMessageFence, settles } from './messages.js';
 import type { FencedConsumer, FencedPublishOptions, MessageFence, MessageVerdict } from './messages.js';
 
 /** MQTT v5 publish options, as far as fencing touches them (the rest pass through). */

@@ -9,7 +9,8 @@
  */
 import { InvalidArgumentError } from '../core/index.js';
 import { loadDriver } from '../core/driver.js';
-import { FENCING_SEQ_HEADER, FENCING_TOKEN_HEADER, nextMessageFence, settles } from './messages.js';
+import { FENCING_TOKEN_HEADER } from './http.js';
+import { FENCING_SEQ_HEADER, nextMessageFence, settles } from './messages.js';
 import type { FencedConsumer, FencedPublishOptions, MessageFence, MessageVerdict } from './messages.js';
 
 /** A NATS header set (nats v2 `MsgHdrs`), as far as fencing uses it. */

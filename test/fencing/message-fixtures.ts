@@ -57,11 +57,11 @@ export function appliedConsumer<M>(pool: pg.Pool, group: string, payloadOf: (m: 
 /** The bad Fencing-Token values every broker's test sends, with what the refusal must say. */
 export function badTokens(group: string): { name: string; value: string; reason: RegExp }[] {
   return [
-    { name: 'garbled', value: 'not a token', reason: /expected <group>#<term>/ },
-    { name: 'term -1', value: `${group}#-1`, reason: /expected <group>#<term> with a positive integer term/ },
-    { name: 'term 0', value: `${group}#0`, reason: /positive integer term/ },
-    { name: 'term 2^63', value: `${group}#9223372036854775808`, reason: /beyond 2\^53 - 1/ },
-    { name: "another group's token", value: 'other-group#7', reason: /is for group "other-group", this consumer fences group/ },
-    { name: 'huge', value: `${'g'.repeat(20_000)}#1`, reason: /is 20002 characters, at most 256/ },
+    { name: 'garbled', value: 'not a token', reason: /Fencing-Token: expected GROUP#TERM such as billing#5, got "not a token"/ },
+    { name: 'term -1', value: `${group}#-1`, reason: /Fencing-Token: the term must be digits only .*got "-1"/ },
+    { name: 'term 0', value: `${group}#0`, reason: /Fencing-Token: the term must be in 1\.\.9007199254740991 without leading zeros, got "0"/ },
+    { name: 'term 2^63', value: `${group}#9223372036854775808`, reason: /Fencing-Token: the term must be in 1\.\.9007199254740991 without leading zeros, got "9223372036854775808"/ },
+    { name: "another group's token", value: 'other-group#7', reason: /Fencing-Token: is for group "other-group", this consumer fences group/ },
+    { name: 'huge', value: `${'g'.repeat(20_000)}#1`, reason: /Fencing-Token: the Fencing-Token header is 20002 characters, at most 2417 allowed/ },
   ];
 }

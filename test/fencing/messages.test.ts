@@ -43,6 +43,8 @@ describe('fenced message metadata', () => {
     ended.abort();
     expect(() => runFenced({ token, signal: ended.signal }, () => nextMessageFence('publishFencedNats'))).toThrow(/has ended/);
     expect(() => nextMessageFence('test', { token, group: 'other' })).toThrow(InvalidArgumentError);
+    expect(() => nextMessageFence('test', { token: null as unknown as typeof token })).toThrow(/token: expected a fencing token/);
+    expect(() => nextMessageFence('test', { token: { lease: 'g', term: -1 } })).toThrow(/token.term: expected a positive integer term/);
   });
 
   it('bad metadata is refused with one clear reason', () => {
@@ -56,6 +58,10 @@ describe('fenced message metadata', () => {
     expect(() => readMessageFence('g', { token: 'g#1', position: '99999999999999999' })).toThrow(/Fencing-Seq/);
     expect(readMessageFence('g', { token: Buffer.from('g#3'), position: '12' })).toEqual({ token: { lease: 'g', term: 3 }, position: 12 });
     expect(readMessageFence('a#b', { token: 'a#b#3', position: 1 }).token).toEqual({ lease: 'a#b', term: 3 });
+    // The HTTP header's form everywhere: a group outside visible ASCII is percent-encoded.
+    const fence = nextMessageFence('test', { token: makeToken('façade €', 2) });
+    expect(fence.tokenText).toBe('fa%C3%A7ade%20%E2%82%AC#2');
+    expect(readMessageFence('façade €', { token: fence.tokenText, position: 1 }).token).toEqual({ lease: 'façade €', term: 2 });
   });
 });
 

@@ -13,6 +13,8 @@ export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'bench/results/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
+  // The examples are plain Node scripts, as a user would write them.
+  { files: ['examples/**/*.mjs'], languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } } },
   {
     rules: {
       '@typescript-eslint/no-explicit-any': 'error',

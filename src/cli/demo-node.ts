@@ -1,7 +1,7 @@
 /**
  * `tenure demo-node` (internal): one node of `tenure demo`. It campaigns for the demo group and,
- * while leader, appends fenced entries to the demo stream. It reports what happens to it as JSON
- * lines on stdout for the demo to show and check.
+ * while leader, writes fenced entries over the demo's path (`--via`: the demo stream by default).
+ * It reports what happens to it as JSON lines on stdout for the demo to show and check.
  *
  * On SIGUSR2 the leader freezes itself with SIGSTOP at one chosen point of its work loop: after
  * checking that it leads and before its next write. That is where a long GC pause or a frozen VM
@@ -10,18 +10,20 @@
  */
 import { readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { StaleTermError, checkName, checkOwner, limits } from '../core/index.js';
+import { InvalidArgumentError, StaleTermError, checkName, checkOwner, limits } from '../core/index.js';
 import { LeaderElector } from '../election/index.js';
 import { durationOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
 import { pauseUnlessAborted } from './child.js';
 import type { CliIO } from './output.js';
 import { STORE_OPTION, openCliStore, storeTarget } from './store.js';
+import { DEMO_PATHS, openDemoWriter } from './demo-writer.js';
+import type { DemoVia } from './demo-writer.js';
 
 export const demoNodeSpec: CommandSpec = {
   name: 'demo-node',
   hidden: true,
-  usage: 'demo-node --store URL --group G --stream S --id ID [--ttl D] [--interval D]',
+  usage: 'demo-node --store URL --group G --stream S --id ID [--ttl D] [--interval D] [--via PATH --target T]',
   summary: 'One node of `tenure demo` (internal; reports JSON lines on stdout).',
   options: {
     store: STORE_OPTION,
@@ -30,6 +32,9 @@ export const demoNodeSpec: CommandSpec = {
     id: { type: 'string', value: 'ID', help: 'node id' },
     ttl: { type: 'string', value: 'D', help: 'lease time to live (default 1s)' },
     interval: { type: 'string', value: 'D', help: 'time between appends while leader (default 80ms)' },
+    via: { type: 'string', value: 'PATH', help: `how the leader writes: ${DEMO_PATHS.join(', ')} (default stream)` },
+    target: { type: 'string', value: 'T', help: 'where the resource is, for --via other than stream (a SQLite file, a URL)' },
+    channel: { type: 'string', value: 'NAME', help: 'the demo run\'s name on the broker (nats, amqp, mqtt)' },
     'demo-dir': { type: 'string', value: 'DIR', help: 'the demo\'s temporary directory, cleaned up if the demo dies' },
   },
   required: ['store', 'group', 'stream', 'id'],
@@ -62,7 +67,10 @@ export async function demoNodeCommand(argv: readonly string[], io: CliIO): Promi
   const id = checkOwner('--id', stringOption(values, 'id'));
   const ttlMs = durationOption(values, 'ttl', 1000, limits.ttlMinMs, limits.ttlMaxMs);
   const intervalMs = durationOption(values, 'interval', 80, 1, 60_000);
+  const via = (stringOption(values, 'via') ?? 'stream') as DemoVia;
+  if (!DEMO_PATHS.includes(via)) throw new InvalidArgumentError('--via', `expected one of ${DEMO_PATHS.join(', ')}, got '${via}'`);
   const store = await openCliStore(storeTarget(stringOption(values, 'store'), io.env));
+  const writer = await openDemoWriter({ via, store, stream, id, target: stringOption(values, 'target'), channel: stringOption(values, 'channel') });
   const elector = new LeaderElector({ store, group, id, ttlMs });
 
   let lastError = '';
@@ -104,7 +112,7 @@ export async function demoNodeCommand(argv: readonly string[], io: CliIO): Promi
         say({ event: 'resumed', term: token.term });
       }
       try {
-        await store.appendFenced(token, stream, JSON.stringify({ node: id, owner: elector.owner, n: ++n }));
+        await writer.write(token, JSON.stringify({ node: id, owner: elector.owner, n: ++n }));
       } catch (err) {
         if (err instanceof StaleTermError) {
           say({ event: 'stale', term: err.term, currentTerm: err.currentTerm, message: err.message });
@@ -120,6 +128,7 @@ export async function demoNodeCommand(argv: readonly string[], io: CliIO): Promi
 
   await stopped;
   await elector.stop();
+  await writer.close();
   await store.close();
   const demoDir = stringOption(values, 'demo-dir');
   if (orphaned && demoDir !== undefined) cleanUpAfterDemo(demoDir);

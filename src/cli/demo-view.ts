@@ -25,6 +25,8 @@ export interface DemoNodeView {
 
 export interface DemoSummary {
   ok: boolean;
+  /** The write path the story ran over (`tenure demo --via`). */
+  via: string;
   nodes: number;
   ttlMs: number;
   durationMs: number;
@@ -47,6 +49,8 @@ export interface DemoViewState {
   lastTerm: number;
   staleRejected: number;
   violations: number;
+  /** What the record of applied writes is called: `stream`, `row history`, … */
+  label: string;
 }
 
 interface Header {
@@ -64,6 +68,7 @@ export class DemoView {
   private readonly notes: string[] = [];
   private drawnLines = 0;
   private storeUrl = '';
+  private description = '';
   private last: DemoViewState | null = null;
 
   constructor(
@@ -72,11 +77,14 @@ export class DemoView {
     private readonly header: Header,
   ) {}
 
-  start(storeUrl: string): void {
+  /** `description`: what the nodes write to, when not the store's stream ('' for the stream). */
+  start(storeUrl: string, description = ''): void {
     this.storeUrl = storeUrl;
+    this.description = description;
     if (this.mode === 'plain') {
       const h = this.header;
       this.out.write(`tenure demo: ${h.nodes} nodes, group ${h.group}, ttl ${formatMs(h.ttlMs)}, about ${formatMs(h.durationMs)}, store ${storeUrl}\n`);
+      if (description) this.out.write(`${description}\n`);
     }
     if (this.mode === 'live') this.out.write('\x1b[?25l');
   }
@@ -116,6 +124,7 @@ export class DemoView {
     const lines = [
       `${c.bold('tenure demo')}  ${h.nodes} nodes · group ${h.group} · ttl ${formatMs(h.ttlMs)} · ${formatSeconds(s.elapsedMs)} of ~${formatSeconds(h.durationMs)}`,
       c.dim(`store ${this.storeUrl}`),
+      ...(this.description ? [c.dim(this.description)] : []),
       '',
     ];
     for (const n of s.nodes) {
@@ -133,7 +142,7 @@ export class DemoView {
       lines.push(`  ${n.name}  ${`pid ${n.pid}`.padEnd(10)} ${state} ${term} ${lease}  wrote ${String(n.wrote).padStart(4)}${extra}`);
     }
     const v = s.violations === 0 ? c.green('violations 0') : c.red(`violations ${s.violations}`);
-    lines.push('', `  stream: ${s.entries} entries · last #${s.lastSeq} term ${s.lastTerm} · stale writes refused ${s.staleRejected} · ${v}`, '');
+    lines.push('', `  ${s.label}: ${s.entries} entries · last #${s.lastSeq} term ${s.lastTerm} · stale writes refused ${s.staleRejected} · ${v}`, '');
     lines.push(...this.notes.slice(-EVENTS_SHOWN));
     if (running) lines.push('', c.dim('  Ctrl-C stops the demo and every node.'));
     return lines;
@@ -168,6 +177,7 @@ function summaryText(s: DemoSummary, color: boolean): string {
     const what = f.cause === 'pause' ? 'leader frozen' : 'leader killed';
     lines.push(`  ${i === 0 ? 'failovers' : ''.padEnd(9)}    ${what}: ${f.from} (term ${f.fromTerm}) -> ${f.to} (term ${f.toTerm}) in ${formatMs(f.ms)}`);
   });
+  if (s.via !== 'stream') lines.push(`  written via  ${s.via}`);
   lines.push(`  terms        ${s.terms.map((t) => `${t.term} ${t.node} (${t.entries})`).join(' · ') || 'none'}`);
   lines.push(`  stale writes refused  ${s.staleRejected}`);
   lines.push(`  entries      ${s.entries}`);

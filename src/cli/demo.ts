@@ -1,12 +1,14 @@
 /**
  * `tenure demo`: leader election and fencing, live, on this machine.
  *
- * N node processes share a fresh SQLite store; the leader appends fenced entries. The demo
+ * N node processes share a fresh SQLite store; the leader writes fenced, over the path `--via`
+ * names (the store's stream, a fenced SQL row, …: see demo-writer.ts and demo-resource.ts). The demo
  *  1. freezes the leader (SIGSTOP) between its leadership check and its write, past its TTL,
  *     and shows another node take over with a higher term;
  *  2. resumes it (SIGCONT) and shows its write refused as stale;
  *  3. kills the new leader (kill -9) and shows crash failover;
- *  4. checks the stream: gap-free, terms never go back, one writer per term;
+ *  4. checks the resource's own record of the writes it applied (the stream, the row's history):
+ *     gap-free, terms never go back, one writer per term;
  * then prints a summary. Every node process is stopped at the end, also when interrupted.
  */
 import { spawn } from 'node:child_process';
@@ -24,6 +26,7 @@ import type { CommandSpec } from './args.js';
 import { signalExitCode } from './child.js';
 import { NODES_FILE } from './demo-node.js';
 import type { DemoNodeEvent } from './demo-node.js';
+import { WriteHistory } from './demo-history.js';
 import { DemoView } from './demo-view.js';
 import type { DemoNodeView, DemoSummary } from './demo-view.js';
 import { formatMs } from './output.js';
@@ -31,6 +34,11 @@ import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
 import type { TerminationSignal } from './signals.js';
 import { openCliStore, storeTarget } from './store.js';
+import { openDemoResource } from './demo-resource.js';
+import type { DemoResource } from './demo-resource.js';
+import { BROKER_PATHS, brokerUrl } from './demo-brokers.js';
+import { DEMO_PATHS } from './demo-writer.js';
+import type { DemoVia } from './demo-writer.js';
 
 const GROUP = 'demo';
 const STREAM = 'demo';
@@ -42,14 +50,23 @@ const POLL_MS = 20;
 
 export const demoSpec: CommandSpec = {
   name: 'demo',
-  usage: 'demo [--nodes N] [--duration S] [--ttl D] [--json]',
+  usage: `demo [--nodes N] [--duration S] [--ttl D] [--via ${DEMO_PATHS.join('|')}] [--broker URL] [--json]`,
   summary: 'Watch election, takeover, a stale write refused and crash failover, live.',
   description: [
-    'Starts N node processes on a fresh temporary SQLite store; the leader appends fenced entries.\n' +
+    'Starts N node processes on a fresh temporary SQLite store; the leader writes fenced entries.\n' +
       'The demo freezes the leader (SIGSTOP) past its TTL, shows the takeover with a higher term,\n' +
       'resumes the old leader and shows its stale write refused, then kills the new leader (kill -9)\n' +
       'and shows crash failover. It ends with a summary and checks: failover times, terms, refused\n' +
       'stale writes, entries and any safety violation. No process is left behind.',
+    '--via picks the write path the story runs over: stream (tenure\'s fenced stream, the default);\n' +
+      'sql (fencedUpdate of a row in SQLite: the check is in the UPDATE); http (fencedFetch to a\n' +
+      'service process whose guard checks the token in its write\'s transaction, 409 when stale);\n' +
+      'nats (JetStream), amqp (RabbitMQ), mqtt (MQTT v5): the token rides in the message metadata\n' +
+      'and a fenced consumer, a process of its own, drops a lower term\'s message. The checks read\n' +
+      'the resource\'s own record of the writes it applied (the stream, the row\'s history), never\n' +
+      'the writers\' reports. The brokers default to this machine\'s (nats://127.0.0.1:4222,\n' +
+      'amqp://guest:guest@127.0.0.1:5672, mqtt://127.0.0.1:1883); --broker URL or TENURE_DEMO_BROKER\n' +
+      'points elsewhere. An unreachable broker is one line and exit code 1.',
     'On a terminal the view is live; otherwise it prints plain lines, or with --json one JSON summary\n' +
       '{ ok, failovers, terms, staleRejected, entries, violations, ... }. Exit code 0 when every step\n' +
       'happened and no violation was found, 1 otherwise, 130 when interrupted.',
@@ -58,9 +75,11 @@ export const demoSpec: CommandSpec = {
     nodes: { type: 'string', value: 'N', help: `number of node processes, 2 to 9 (default ${DEFAULT_NODES})` },
     duration: { type: 'string', value: 'S', help: 'how long to run, in seconds or as 20s, 1m (default 15; the steps take about 8 s)' },
     ttl: { type: 'string', value: 'D', help: 'lease time to live (default 1s)' },
+    via: { type: 'string', value: 'PATH', help: `the write path: ${DEMO_PATHS.join(', ')} (default stream)` },
+    broker: { type: 'string', value: 'URL', help: 'the broker for --via nats, amqp, mqtt (default: $TENURE_DEMO_BROKER, else the one on this machine)' },
     json: { type: 'boolean', help: 'print one JSON summary instead of the live view' },
   },
-  examples: ['npx tenure demo', 'tenure demo --nodes 5 --duration 30 --json'],
+  examples: ['npx tenure demo', 'tenure demo --nodes 5 --duration 30 --json', 'tenure demo --via sql', 'tenure demo --via nats --broker nats://10.0.0.5:4222'],
 };
 
 class Interrupted extends Error {}
@@ -92,7 +111,12 @@ export async function demoCommand(argv: readonly string[], io: CliIO): Promise<n
   const durationMs = parseSeconds(stringOption(args.values, 'duration'));
   const ttlMs = durationOption(args.values, 'ttl', DEFAULT_TTL_MS, 100, 60_000);
   const json = flagOption(args.values, 'json');
-  const demo = new Demo(io, { nodeCount, durationMs, ttlMs, json });
+  const via = parseVia(stringOption(args.values, 'via'));
+  const brokerFlag = stringOption(args.values, 'broker');
+  const brokerVia = BROKER_PATHS.find((p) => p === via);
+  if (brokerFlag !== undefined && !brokerVia) throw new InvalidArgumentError('--broker', `is for --via ${BROKER_PATHS.join(', ')}, not --via ${via}`);
+  const broker = brokerVia ? brokerUrl(brokerVia, brokerFlag, io.env) : undefined;
+  const demo = new Demo(io, { nodeCount, durationMs, ttlMs, json, via, broker });
   return demo.run();
 }
 
@@ -104,11 +128,22 @@ function parseSeconds(text: string | undefined): number {
   return ms;
 }
 
+/** `--via`: one of the write paths, exactly. */
+function parseVia(text: string | undefined): DemoVia {
+  if (text === undefined) return 'stream';
+  const via = DEMO_PATHS.find((p) => p === text);
+  if (!via) throw new InvalidArgumentError('--via', `expected one of ${DEMO_PATHS.join(', ')}, got '${text}'`);
+  return via;
+}
+
 interface DemoOptions {
   nodeCount: number;
   durationMs: number;
   ttlMs: number;
   json: boolean;
+  via: DemoVia;
+  /** The broker's URL, for the broker paths. */
+  broker: string | undefined;
 }
 
 class Demo {
@@ -119,17 +154,15 @@ class Demo {
   private readonly pids: number[] = [];
   /** term -> owner, from the nodes' own `elected` reports. */
   private readonly electedBy = new Map<number, { owner: string; node: string }>();
-  /** term -> writer and entry count, from the stream. */
-  private readonly termWriters = new Map<number, { owner: string; node: string; entries: number }>();
+  /** The checks on the resource's record of the writes it applied. */
+  private readonly history = new WriteHistory(this.violations);
   private staleRejected = 0;
-  private entries = 0;
-  private lastSeq = 0;
-  private lastTerm = 0;
   private lease: Lease | null = null;
   private readonly startedAt = performance.now();
   private readonly interrupt = new AbortController();
   private received: TerminationSignal | null = null;
   private store: TenureStore | null = null;
+  private resource: DemoResource | null = null;
   private dir = '';
   private storeUrl = '';
   private readonly view: DemoView;
@@ -164,7 +197,22 @@ class Demo {
       const target = storeTarget(`sqlite:${join(this.dir, 'tenure.db')}`, this.io.env);
       this.storeUrl = target.url;
       this.store = await openCliStore(target, 2000);
-      this.view.start(target.display);
+      this.resource = await openDemoResource({
+        via: this.options.via,
+        store: this.store,
+        stream: STREAM,
+        storeFile: join(this.dir, 'tenure.db'),
+        dir: this.dir,
+        group: GROUP,
+        broker: this.options.broker,
+        env: this.io.env,
+        bin: binPath(),
+        onSpawn: (pid) => this.addPid(pid),
+        onRefused: (e) => this.refused(e.node, e.message, this.resource?.refusedWhere ?? ''),
+        onNote: (text) => this.note(text),
+      });
+      this.view.start(target.display, this.resource.description);
+      if (this.resource.process) this.note(`${this.resource.process.name} started (pid ${this.resource.process.pid})`);
       ticker = setInterval(() => void this.tick(), TICK_MS);
       try {
         await this.script();
@@ -176,7 +224,8 @@ class Demo {
       if (ticker) clearInterval(ticker);
       await this.shutdown();
       await this.tick(); // read what the nodes wrote last
-      this.checkElections();
+      this.history.checkElections(this.electedBy);
+      await this.resource?.close().catch(() => {});
       await this.store?.close();
       if (this.dir) rmSync(this.dir, { recursive: true, force: true });
       removeHandlers();
@@ -283,7 +332,10 @@ class Demo {
     const bin = binPath();
     const proc = spawn(
       process.execPath,
-      [bin, 'demo-node', '--store', this.storeUrl, '--group', GROUP, '--stream', STREAM, '--id', name, '--ttl', String(this.options.ttlMs), '--interval', String(this.intervalMs), '--demo-dir', this.dir],
+      [
+        bin, 'demo-node', '--store', this.storeUrl, '--group', GROUP, '--stream', STREAM, '--id', name, '--ttl', String(this.options.ttlMs),
+        '--interval', String(this.intervalMs), '--demo-dir', this.dir, ...(this.resource?.nodeArgs ?? []),
+      ],
       { stdio: ['pipe', 'pipe', 'pipe'], env: { ...this.io.env, TENURE_STORE: this.storeUrl } },
     );
     const existing = this.nodes.find((n) => n.name === name);
@@ -310,8 +362,7 @@ class Demo {
     node.term = null;
     node.expectedExit = false;
     node.stderrTail = [];
-    if (proc.pid) this.pids.push(proc.pid);
-    writeFileSync(join(this.dir, NODES_FILE), JSON.stringify(this.pids));
+    if (proc.pid) this.addPid(proc.pid);
     node.exited = new Promise<void>((resolve) => {
       proc.once('exit', (code, sig) => {
         if (node.proc === proc) {
@@ -373,9 +424,10 @@ class Demo {
         node.freezeAsked = false;
         break;
       case 'stale':
-        node.staleRefused++;
-        this.staleRejected++;
-        this.note(`${node.name}'s write refused: ${e.message}`);
+        // Counted once: here when only the writer hears of it (the store, the SQL statement);
+        // else the resource process reports it (the HTTP guard), and the writer just heard the 409.
+        if (this.resource?.refusalsFrom === 'writer') this.refused(node.name, e.message, this.resource.refusedWhere);
+        else this.note(`${node.name} heard its write refused (${e.message})`);
         break;
       case 'store-error':
         this.note(`${node.name}: store error: ${e.message}`);
@@ -383,6 +435,20 @@ class Demo {
       case 'stopped':
         break;
     }
+  }
+
+  /** A write refused as stale: counted for the node that sent it. */
+  private refused(nodeName: string | null, message: string, where: string): void {
+    const node = this.nodes.find((n) => n.name === nodeName);
+    if (node) node.staleRefused++;
+    this.staleRejected++;
+    this.note(`${nodeName ?? 'a node'}'s write refused${where ? ` ${where}` : ''}: ${message}`);
+  }
+
+  /** A process the demo started: stopped at the end, listed for the nodes' clean-up if the demo dies. */
+  private addPid(pid: number): void {
+    this.pids.push(pid);
+    writeFileSync(join(this.dir, NODES_FILE), JSON.stringify(this.pids));
   }
 
   private leader(): DemoNode | null {
@@ -422,13 +488,17 @@ class Demo {
   private ticking = false;
 
   private async tick(): Promise<void> {
-    if (this.ticking || !this.store) return;
+    if (this.ticking || !this.store || !this.resource) return;
     this.ticking = true;
     try {
       this.lease = await this.store.read(GROUP);
       for (;;) {
-        const batch = await this.store.readStream(STREAM, { after: this.lastSeq, limit: limits.readLimitMax });
-        for (const e of batch) this.checkEntry(e.seq, e.term, e.payload);
+        const batch = await this.resource.read(this.history.lastSeq, limits.readLimitMax);
+        for (const e of batch) {
+          const name = this.history.add(e);
+          const writer = this.nodes.find((n) => n.name === name);
+          if (writer) writer.wrote++;
+        }
         if (batch.length < limits.readLimitMax) break;
       }
     } catch {
@@ -437,40 +507,6 @@ class Demo {
       this.ticking = false;
     }
     this.view.render(this.viewState());
-  }
-
-  /** The safety checks on each entry, in sequence order. */
-  private checkEntry(seq: number, term: number, payload: string): void {
-    if (seq !== this.lastSeq + 1) this.violations.push(`entry #${seq} follows #${this.lastSeq}: the sequence has a gap`);
-    if (term < this.lastTerm) this.violations.push(`entry #${seq} has term ${term} after term ${this.lastTerm}: a stale write was accepted`);
-    let writer: { node?: unknown; owner?: unknown } = {};
-    try {
-      writer = JSON.parse(payload) as { node?: unknown; owner?: unknown };
-    } catch {
-      this.violations.push(`entry #${seq} has a payload no node wrote`);
-    }
-    const owner = String(writer.owner ?? '?');
-    const node = String(writer.node ?? '?');
-    const seen = this.termWriters.get(term);
-    if (!seen) this.termWriters.set(term, { owner, node, entries: 1 });
-    else {
-      seen.entries++;
-      if (seen.owner !== owner) this.violations.push(`term ${term} has two writers: ${seen.owner} and ${owner} (entry #${seq})`);
-    }
-    const slot = this.nodes.find((n) => n.name === node);
-    if (slot) slot.wrote++;
-    this.lastSeq = seq;
-    this.lastTerm = Math.max(this.lastTerm, term);
-    this.entries++;
-  }
-
-  /** Every term that was written must have been won, by the node that wrote it. */
-  private checkElections(): void {
-    for (const [term, w] of this.termWriters) {
-      const won = this.electedBy.get(term);
-      if (!won) this.violations.push(`term ${term} was written by ${w.node} but no node reported winning it`);
-      else if (won.owner !== w.owner) this.violations.push(`term ${term} was won by ${won.node} but written by ${w.node}`);
-    }
   }
 
   // ---- helpers ----------------------------------------------------------------------------
@@ -509,32 +545,35 @@ class Demo {
       elapsedMs: this.elapsed(),
       nodes: this.nodes,
       lease: this.lease,
-      entries: this.entries,
-      lastSeq: this.lastSeq,
-      lastTerm: this.lastTerm,
+      entries: this.history.entries,
+      lastSeq: this.history.lastSeq,
+      lastTerm: this.history.lastTerm,
       staleRejected: this.staleRejected,
       violations: this.violations.length,
+      label: this.resource?.label ?? 'stream',
     };
   }
 
   private summary(): DemoSummary {
-    const terms = [...new Set([...this.electedBy.keys(), ...this.termWriters.keys()])]
+    const { termWriters } = this.history;
+    const terms = [...new Set([...this.electedBy.keys(), ...termWriters.keys()])]
       .sort((a, b) => a - b)
       .map((term) => ({
         term,
-        node: this.termWriters.get(term)?.node ?? this.electedBy.get(term)?.node ?? '?',
-        entries: this.termWriters.get(term)?.entries ?? 0,
+        node: termWriters.get(term)?.node ?? this.electedBy.get(term)?.node ?? '?',
+        entries: termWriters.get(term)?.entries ?? 0,
       }));
     const steps = this.failovers.length === 2 && this.staleRejected > 0;
     return {
       ok: this.violations.length === 0 && this.problems.length === 0 && steps && !this.received,
+      via: this.options.via,
       nodes: this.options.nodeCount,
       ttlMs: this.options.ttlMs,
       durationMs: Math.round(this.elapsed()),
       failovers: this.failovers,
       terms,
       staleRejected: this.staleRejected,
-      entries: this.entries,
+      entries: this.history.entries,
       violations: this.violations,
       problems: this.problems,
       pids: this.pids,

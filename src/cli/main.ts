@@ -13,6 +13,7 @@ import { appendCommand, appendSpec } from './append.js';
 import { demoCommand, demoSpec } from './demo.js';
 import { demoNodeCommand, demoNodeSpec } from './demo-node.js';
 import { followCommand, followSpec } from './follow.js';
+import { demoResourceCommand, demoResourceSpec } from './demo-resource-process.js';
 import { lockCommand, lockSpec } from './lock.js';
 import { logCommand, logSpec } from './log.js';
 import { migrateCommand, migrateSpec } from './migrate.js';
@@ -35,6 +36,7 @@ const COMMANDS: ReadonlyArray<{ spec: CommandSpec; run: Command }> = [
   { spec: demoSpec, run: demoCommand },
   { spec: migrateSpec, run: migrateCommand },
   { spec: demoNodeSpec, run: demoNodeCommand },
+  { spec: demoResourceSpec, run: demoResourceCommand },
 ];
 
 /** The package version, read from the package.json next to the build. */

@@ -4,21 +4,12 @@
  */
 import { spawn } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
+import { expectTheStory } from './demo-story.js';
+import type { DemoSummaryJson as Summary } from './demo-story.js';
 import { BIN, cleanUp, processAlive, sandbox, tenure, waitUntil } from './helpers.js';
 
 afterAll(cleanUp);
 
-interface Summary {
-  ok: boolean;
-  failovers: Array<{ cause: string; from: string; fromTerm: number; to: string; toTerm: number; ms: number }>;
-  terms: Array<{ term: number; node: string; entries: number }>;
-  staleRejected: number;
-  entries: number;
-  violations: string[];
-  problems: string[];
-  pids: number[];
-  interrupted: boolean;
-}
 
 describe('tenure demo', () => {
   it('prints one JSON summary: two failovers, a stale write refused, no violations', { timeout: 120_000 }, async () => {
@@ -26,24 +17,39 @@ describe('tenure demo', () => {
     const r = await tenure(box, ['demo', '--nodes', '3', '--duration', '4', '--json'], { timeoutMs: 110_000 });
     expect(r.code, r.stderr).toBe(0);
     const summary = JSON.parse(r.stdout) as Summary;
-    expect(summary.violations).toEqual([]);
-    expect(summary.problems).toEqual([]);
-    expect(summary.ok).toBe(true);
-    expect(summary.interrupted).toBe(false);
-    expect(summary.staleRejected).toBeGreaterThanOrEqual(1);
-    expect(summary.failovers.map((f) => f.cause)).toEqual(['pause', 'crash']);
-    for (const f of summary.failovers) {
-      expect(f.toTerm).toBeGreaterThan(f.fromTerm);
-      expect(f.to).not.toBe(f.from);
-      expect(f.ms).toBeGreaterThan(0);
+    expect(summary.via).toBe('stream');
+    expectTheStory(summary);
+  });
+
+  it('--via sql: the resumed leader\'s fenced UPDATE is refused in the statement, and the row\'s history has no stale write', { timeout: 120_000 }, async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['demo', '--via', 'sql', '--duration', '4', '--json'], { timeoutMs: 110_000 });
+    expect(r.code, r.stderr).toBe(0);
+    const summary = JSON.parse(r.stdout) as Summary;
+    expect(summary.via).toBe('sql');
+    expectTheStory(summary);
+  });
+
+  it('--via sql shows where the check happens and what the writes landed on', { timeout: 120_000 }, async () => {
+    const box = sandbox();
+    const r = await tenure(box, ['demo', '--via', 'sql', '--duration', '3'], { timeoutMs: 110_000 });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain('fencedUpdate of row demo_row.demo');
+    expect(r.stdout).toMatch(/node-\d's write refused by the UPDATE: stale fencing token: term \d+ < \d+ for group demo/);
+    expect(r.stdout).toMatch(/stepped down from term \d+ \(fenced\)/);
+    expect(r.stdout).toContain('written via  sql');
+  });
+
+  it('refuses an unknown --via with one line and exit code 2, before starting anything', async () => {
+    const box = sandbox();
+    for (const via of ['kafka', '', 'SQL', 'sql,http']) {
+      const r = await tenure(box, ['demo', '--via', via, '--json']);
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+      expect(r.stderr).toContain(`--via: expected one of stream, sql`);
+      expect(r.stderr).toContain(`got '${via}'`);
     }
-    const terms = summary.terms.map((t) => t.term);
-    expect(terms).toEqual([...terms].sort((a, b) => a - b));
-    expect(new Set(terms).size).toBe(terms.length);
-    expect(summary.entries).toBeGreaterThan(0);
-    expect(summary.terms.reduce((n, t) => n + t.entries, 0)).toBe(summary.entries);
-    expect(summary.pids.length).toBeGreaterThanOrEqual(4); // three nodes and the restarted one
-    for (const pid of summary.pids) expect(processAlive(pid)).toBe(false);
   });
 
   for (const sig of ['SIGINT', 'SIGKILL'] as const) {

@@ -18,7 +18,7 @@
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { constants } from 'node:os';
@@ -42,7 +42,7 @@ const DEFAULT_BATCH = 100;
 
 export const followSpec: CommandSpec = {
   name: 'follow',
-  usage: 'follow --stream S --state FILE [--store URL] [--ack] [--batch N] [--poll D] [--grace D] -- CMD [ARGS…]',
+  usage: 'follow --stream S [--state FILE] [--store URL] [--ack] [--batch N] [--poll D] [--grace D] -- CMD [ARGS…]',
   summary: "Pipe each entry of stream S, once and in order, to CMD's standard input; FILE keeps the place.",
   description: [
     'Each entry is one JSON line {"seq":N,"lease":"L","term":T,"payload":"..."} on CMD\'s standard\n' +
@@ -59,14 +59,14 @@ export const followSpec: CommandSpec = {
   ],
   options: {
     stream: { type: 'string', value: 'S', help: 'the stream to follow' },
-    state: { type: 'string', value: 'FILE', help: 'file holding the last delivered seq' },
+    state: { type: 'string', value: 'FILE', help: 'file holding the last delivered seq (default ./.tenure/follow-S.seq, S percent-encoded)' },
     store: STORE_OPTION,
     ack: { type: 'boolean', help: 'wait for CMD to print each seq before recording it' },
     batch: { type: 'string', value: 'N', help: `entries between two updates of FILE, 1..10000 (default ${DEFAULT_BATCH})` },
     poll: { type: 'string', value: 'D', help: `wait between reads when caught up (default ${DEFAULT_POLL_MS}ms)` },
     grace: { type: 'string', value: 'D', help: `time CMD gets to exit after its input closes (default ${DEFAULT_GRACE_MS / 1000}s)` },
   },
-  required: ['stream', 'state'],
+  required: ['stream'],
   takesCommand: true,
   examples: [
     "tenure follow --stream invoices --state invoices.seq -- sh -c 'while read -r line; do echo \"$line\" >> out.jsonl; done'",
@@ -179,7 +179,10 @@ export async function followCommand(argv: readonly string[], io: CliIO): Promise
   }
   const { values } = args;
   const stream = checkName('--stream', stringOption(values, 'stream'));
-  const statePath = resolve(stringOption(values, 'state') ?? '');
+  const stateOption = stringOption(values, 'state');
+  // Beside the default store (./.tenure/tenure.db); the name keeps any stream name a safe file name.
+  const statePath = resolve(stateOption ?? join('.tenure', `follow-${encodeURIComponent(stream)}.seq`));
+  if (stateOption === undefined) mkdirSync(dirname(statePath), { recursive: true });
   const ack = flagOption(values, 'ack');
   const pollMs = durationOption(values, 'poll', DEFAULT_POLL_MS, 1, 60_000);
   const batchSize = integerOption(values, 'batch', DEFAULT_BATCH, 1, 10_000);

@@ -166,6 +166,16 @@ describe('tenure follow', () => {
     expect(r.stderr).toBe('');
   });
 
+  it('without --state, keeps its place in ./.tenure/follow-S.seq (S percent-encoded)', { timeout: 30_000 }, async () => {
+    const box = sandbox();
+    const { store, token } = await leader(box);
+    await store.appendFenced(token, 'feed', 'one');
+    await store.appendFenced(token, 'feed', 'two');
+    const r = await tenure(box, ['follow', '--stream', 'feed', '--', 'sh', '-c', 'read a; read b; exit 0']);
+    expect(r.code).toBe(0);
+    expect(stateOf(join(box.dir, '.tenure', 'follow-feed.seq')).trim()).toBe('2');
+  });
+
   it('refuses bad input with one line and exit code 2', { timeout: 30_000 }, async () => {
     const box = sandbox();
     const { store, token } = await leader(box);
@@ -177,7 +187,6 @@ describe('tenure follow', () => {
       expect(r.stderr.trim().split('\n')).toHaveLength(1);
       expect(r.stderr).toMatch(message);
     };
-    await expectUsage(['--stream', 'feed', '--', 'cat'], /missing --state FILE/);
     await expectUsage(['--stream', 'feed', '--state', 's'], /missing '--'/);
     await expectUsage(['--stream', 'feed', '--state', 's', '--poll', 'soon', '--', 'cat'], /--poll/);
     await expectUsage(['--stream', '', '--state', 's', '--', 'cat'], /missing --stream/);

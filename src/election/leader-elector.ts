@@ -297,6 +297,9 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         );
         return;
       }
+      case 'release':
+        this.track(this.release(e.term));
+        return;
       case 'abandon-acquire': {
         const a = this.acquire;
         if (a && a.id === e.id) void a.pending.then((r) => (r.acquired ? this.release(r.lease.term) : undefined), () => {});

@@ -88,7 +88,7 @@ export class FaultyStore implements Store {
       'acquire',
       `acquire ${name}`,
       () => this.o.memory.acquire(name, owner, ttlMs, meta),
-      (r) => (r.acquired ? `acquired term ${r.lease.term}` : `refused: ${describeLease(r.lease)}`),
+      describeAcquire,
     );
   }
 
@@ -97,7 +97,7 @@ export class FaultyStore implements Store {
       'renew',
       `renew ${name} term ${term}`,
       () => this.o.memory.renew(name, owner, term, ttlMs),
-      (r) => (r.renewed ? 'renewed' : `refused: ${r.lease ? describeLease(r.lease) : 'free'}`),
+      describeRenew,
     );
   }
 
@@ -238,6 +238,14 @@ export class Wire {
 
 export function describeLease(lease: Lease): string {
   return `${lease.owner} term ${lease.term} for ${lease.remainingMs} ms`;
+}
+
+export function describeAcquire(r: AcquireResult): string {
+  return r.acquired ? `acquired term ${r.lease.term}` : `refused: ${describeLease(r.lease)}`;
+}
+
+export function describeRenew(r: RenewResult): string {
+  return r.renewed ? 'renewed' : `refused: ${r.lease ? describeLease(r.lease) : 'free'}`;
 }
 
 /**

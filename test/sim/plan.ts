@@ -82,6 +82,14 @@ export interface SimPlan {
    * margin is what absorbs drift), drawn within it, and up to 1 + margin/ttl fast.
    */
   readonly clockRates: readonly number[];
+  /**
+   * Chance that the store answers a lease call with an error that is not "maybe" (a row tenure
+   * cannot read: StoreDataError), nothing applied, and chance that a listener of the elector's
+   * `leader-changed` event throws (machine mode; 0 in the shell's): both faults make a leader
+   * retire (depose, release, back off).
+   */
+  readonly storeErrorChance: number;
+  readonly listenerFaultChance: number;
   readonly outages: readonly OutageWindow[];
   readonly pauses: readonly PauseWindow[];
   readonly crashes: readonly CrashPlan[];
@@ -161,7 +169,10 @@ export function makePlan(seed: number, variant: Variant = 'none', mode: SimMode 
     // Within the bound, kept a hair inside it so that float rounding of the virtual instants stays below the checker's epsilon.
     return 1 + (m.next() * 2 - 1) * drift * 0.999;
   });
-  const lostRequestChance = mode === 'shell' || calm ? 0 : [0, 0, 0.005, 0.02][Math.floor(m.next() * 4)]!;
+  const machinePick = (xs: readonly number[]): number => (mode === 'shell' || calm ? 0 : xs[Math.floor(m.next() * xs.length)]!);
+  const lostRequestChance = machinePick([0, 0, 0.005, 0.02]);
+  const storeErrorChance = machinePick([0, 0, 0.002, 0.01]);
+  const listenerFaultChance = machinePick([0, 0, 0.01, 0.05]);
 
   return {
     seed,
@@ -181,6 +192,8 @@ export function makePlan(seed: number, variant: Variant = 'none', mode: SimMode 
     workErrorChance: calm ? 0 : pick([0, 0, 0.001, 0.005, 0.02]),
     lostRequestChance,
     clockRates,
+    storeErrorChance,
+    listenerFaultChance,
     outages,
     pauses,
     crashes,
@@ -196,7 +209,7 @@ export function describePlan(plan: SimPlan): string {
     `  faults until ${plan.faultsUntilMs} of ${plan.durationMs} ms: delay ${plan.delayChance} up to ${plan.maxDelayMs} ms, lost ${plan.lostChance}, work-error ${plan.workErrorChance}`,
   ];
   if (plan.mode === 'machine') {
-    lines.push(`  lost requests ${plan.lostRequestChance}, clock rates ${plan.clockRates.map((r) => r.toFixed(4)).join(',')}`);
+    lines.push(`  lost requests ${plan.lostRequestChance}, store errors ${plan.storeErrorChance}, listener faults ${plan.listenerFaultChance}, clock rates ${plan.clockRates.map((r) => r.toFixed(4)).join(',')}`);
   }
   for (const o of plan.outages) lines.push(`  outage ${o.node ?? 'all'} ${o.mode} ${o.startMs}..${o.endMs}`);
   for (const p of plan.pauses) lines.push(`  pause ${p.node} ${p.startMs}..${p.endMs} resume ${p.resumeOrder}`);

@@ -156,7 +156,7 @@ export class History {
       this.violate(`${node} ${group}: leader work of term ${term} writes while not leading it (rule 7)`);
     } else if (now >= lead.end) {
       this.lateSends++;
-      if (pauseCount === lead.pauseMark && now > lead.timerAt) this.violate(`${node} ${group}: leader work writes after its deadline ${formatTime(lead.end)} without having stalled`);
+      if (pauseCount === lead.pauseMark && now > lead.timerAt + EPSILON) this.violate(`${node} ${group}: leader work writes after its deadline ${formatTime(lead.end)} without having stalled`);
     }
     const record: AppendRecord = { ...write, stream: `stream-${group}`, sentAt: now, appliedAt: null, outcome: null, lateSeq: null };
     this.appends.push(record);

@@ -18,7 +18,8 @@
 import { SeededRandom, StaleTermError, StoreDataError, StoreUnavailableError, VirtualClock, makeIncarnation, makeToken, randomInt } from '../../src/core/index.js';
 import type { AcquireResult, Random, RenewResult, Timing } from '../../src/core/index.js';
 import { initialState, step } from '../../src/election/elector-machine.js';
-import type { ElectorConfig, ElectorEffect, ElectorEvent, ElectorState, TimerName } from '../../src/election/elector-machine.js';
+import type { ElectorConfig, ElectorEffect, ElectorEvent, ElectorState } from '../../src/election/elector-machine.js';
+import { ElectorTimers } from '../../src/election/elector-timers.js';
 import { History, check, describeAppend } from './checker.js';
 import type { AppendOutcome } from './checker.js';
 import { ElectorRecorder } from './elector-events.js';
@@ -139,7 +140,7 @@ class Machine {
   private state: ElectorState = initialState();
   private readonly config: ElectorConfig;
   private readonly events: ElectorRecorder;
-  private readonly timers: Record<TimerName, (() => void) | null> = { loop: null, deadline: null };
+  private readonly timers: ElectorTimers;
   private readonly calls = new Map<number, PendingCall>();
   /** Local send time of every acquire and renew, by id. */
   private readonly sentAt = new Map<number, number>();
@@ -165,6 +166,7 @@ class Machine {
     const owner = makeIncarnation(slot, random);
     this.config = { owner, timing: w.timing, random };
     this.events = new ElectorRecorder(w.trace, w.history, this, p.label, group, owner, p.clock);
+    this.timers = new ElectorTimers(p.clock, (event) => this.dispatch(event));
   }
 
   get stopped(): boolean {
@@ -226,19 +228,9 @@ class Machine {
       case 'release':
         this.release(e.term, () => {});
         return;
-      case 'set-timer': {
-        this.timers[e.timer]?.();
-        const { timer, id } = e;
-        this.timers[timer] = this.p.clock.setTimer(e.ms, () => {
-          this.timers[timer] = null;
-          this.dispatch({ type: 'timer', timer, id });
-        });
-        return;
-      }
+      case 'set-timer':
       case 'cancel-timer':
-        this.timers[e.timer]?.();
-        this.timers[e.timer] = null;
-        return;
+        return this.timers.perform(e);
       case 'lead': {
         // Rule 2, checked from what this shell saw: a won acquire, sent at a known instant.
         const won = cause.type === 'acquire-ok' && cause.acquired && cause.lease.owner === this.owner && cause.lease.term === e.term;
@@ -432,7 +424,7 @@ class Machine {
       if (l.deadline > this.bound) this.violate(`leads term ${l.term} until ${l.deadline}, past ${this.bound} (rule 2)`);
     }
     for (const timer of ['loop', 'deadline'] as const) {
-      if ((s.timers[timer] === null) !== (this.timers[timer] === null)) this.violate(`the machine's ${timer} timer is ${s.timers[timer] ?? 'unset'} but the shell's is ${this.timers[timer] ? 'set' : 'unset'}`);
+      if ((s.timers[timer] !== null) !== this.timers.isSet(timer)) this.violate(`the machine's ${timer} timer is ${s.timers[timer] ?? 'unset'} but the shell's is ${this.timers.isSet(timer) ? 'set' : 'unset'}`);
     }
     if (loop.kind === 'ended' && !s.stopping) this.violate('the loop ended without stop');
     // Stalled: the loop waits for something that will never come.

@@ -4,7 +4,7 @@
  * answered at once on the store's clock (virtual time). No promises: what it does depends only
  * on the order in which requests land, which the simulation's network decides.
  */
-import { StaleTermError, decideAcquire, decideFence, decideRelease, decideRenew, isLive, toLease } from '../../src/core/index.js';
+import { StaleTermError, decideAcquire, decideFence, decideRelease, renewLease, toLease } from '../../src/core/index.js';
 import type { AcquireResult, Clock, FencingToken, Lease, LeaseRow, RenewResult, StreamEntry } from '../../src/core/index.js';
 import type { Variant } from './plan.js';
 
@@ -32,12 +32,7 @@ export class ModelStore {
   }
 
   renew(name: string, owner: string, term: number, ttlMs: number): RenewResult {
-    const now = this.clock.now();
-    const current = this.leases.get(name);
-    const next = decideRenew(current, owner, term, ttlMs, now);
-    if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
-    this.leases.set(name, next);
-    return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+    return renewLease(this.leases.get(name), owner, term, ttlMs, this.clock.now(), (row) => this.leases.set(name, row));
   }
 
   release(name: string, owner: string, term: number): boolean {

@@ -190,8 +190,8 @@ describe('simulation: the pure elector machine stepped directly (--mode machine)
     await sweepCli(MACHINE_SEEDS, '--mode', 'machine');
   }, 300_000);
 
-  it('holds at the boundary: margin 0 with true clocks never overlaps (100 seeds)', () => {
-    for (let seed = 0; seed < 100; seed++) {
+  it('holds at the boundary: margin 0 with true clocks never overlaps (50 seeds)', () => {
+    for (let seed = 0; seed < 50; seed++) {
       const result = runMachineSeed(seed, { variant: 'margin-zero' });
       expect(result.violations, failureReport(result, 80)).toEqual([]);
     }
@@ -211,7 +211,7 @@ describe('simulation: the pure elector machine stepped directly (--mode machine)
 
   it('exercises what it claims: drift, lost requests, store errors, throwing listeners, late answers, retirements', () => {
     const seen = { drift: 0, lostRequest: 0, storeError: 0, listener: 0, lateAnswer: 0, retired: 0, elections: 0 };
-    for (let seed = 0; seed < 150; seed++) {
+    for (let seed = 0; seed < 100; seed++) {
       const r = runMachineSeed(seed);
       if (r.plan.clockRates.some((rate) => rate !== 1)) seen.drift++;
       seen.elections += r.stats.elections;

@@ -137,7 +137,7 @@ export class History {
     }
     if (now < l.end) l.end = now;
     // These end leadership by releasing the lease (the others keep it, or lost it already).
-    if (reason === 'resigned' || reason === 'stopped' || reason === 'error') this.retired.set(key, Math.max(term, this.retired.get(key) ?? 0));
+    if (reason === 'resigned' || reason === 'fenced' || reason === 'stopped' || reason === 'error') this.retired.set(key, Math.max(term, this.retired.get(key) ?? 0));
     l.deposedAt = now;
     l.reason = reason;
     this.open.delete(key);

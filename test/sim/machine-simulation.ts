@@ -404,8 +404,11 @@ class Machine {
       if (outcome.ok) {
         if (settled) record.lateSeq = outcome.value;
         finish({ kind: 'ok', seq: outcome.value });
-      } else if (outcome.error instanceof StaleTermError) finish({ kind: 'stale' });
-      else if (outcome.error instanceof StoreUnavailableError) finish({ kind: 'ambiguous', why: outcome.error.message });
+      } else if (outcome.error instanceof StaleTermError) {
+        finish({ kind: 'stale' });
+        // As LeaderElector hears a refusal of its leadership's token: step down at once.
+        if (this.leadership?.term === l.term) this.dispatch({ type: 'fenced', term: l.term });
+      } else if (outcome.error instanceof StoreUnavailableError) finish({ kind: 'ambiguous', why: outcome.error.message });
       else finish({ kind: 'error', message: String(outcome.error) });
     });
   }

@@ -7,13 +7,14 @@
  * lease store built from the core's lease decisions (model-store.ts).
  *
  * Beyond the shell simulation's faults it loses requests, drifts clocks within the bound the
- * margin absorbs, and hands the machine replies that come after their call timed out or was
- * abandoned (they must change nothing). After every step it checks what only a pure machine
- * shows: leadership follows a won acquire or a renew whose send time bounds the deadline (rule
- * 2), a released term is never led again, the shell and machine agree on leadership and timers,
- * and the loop always waits on something that will wake it (a stalled machine is a failure, as
- * is a run whose events never let virtual time move on). The checker of the shell simulation
- * (checker.ts) judges the run as a whole.
+ * margin absorbs, fails lease calls with store data errors, makes listeners throw, and hands the
+ * machine answers that come after their call timed out or was abandoned (they must change
+ * nothing). On each `lead` and `renewed` it checks rule 2 from the shell's side (a won acquire or
+ * renew whose send time bounds the deadline), and whenever a machine has nothing left to do that
+ * shell and machine agree on leadership and timers, that the leader's term is above the retired
+ * one, and that the loop waits on something that will wake it (a stalled machine is a failure,
+ * as is a run whose events never let virtual time move on). The checker of the shell simulation
+ * (checker.ts) judges the run as a whole: overlapping leaderships, terms, fencing, liveness.
  */
 import { SeededRandom, StaleTermError, StoreDataError, StoreUnavailableError, VirtualClock, makeIncarnation, makeToken, randomInt } from '../../src/core/index.js';
 import type { AcquireResult, Random, RenewResult, Timing } from '../../src/core/index.js';

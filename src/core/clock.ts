@@ -115,15 +115,29 @@ export class VirtualClock implements Clock {
    */
   async runUntil(untilMs: number, flush: () => Promise<void>): Promise<void> {
     await flush();
-    for (;;) {
-      const next = this.timers[0];
-      if (next === undefined || next.at > untilMs) break;
-      this.timers.shift();
-      if (next.at < this.time) throw new Error(`virtual time went back: ${next.at} < ${this.time}`);
-      this.time = next.at;
-      next.fn();
-      await flush();
-    }
+    while (this.fireNext(untilMs)) await flush();
     if (untilMs > this.time) this.time = untilMs;
+  }
+
+  /**
+   * The same without promises, for code that schedules everything through timers (the pure
+   * elector machine's simulation): `each` runs after every timer and may return false to stop
+   * there (now() then stays at that timer). Returns whether it reached `untilMs`.
+   */
+  runUntilSync(untilMs: number, each?: () => boolean): boolean {
+    while (this.fireNext(untilMs)) if (each && !each()) return false;
+    if (untilMs > this.time) this.time = untilMs;
+    return true;
+  }
+
+  /** Fire the next timer due at or before `untilMs`; false when none is. */
+  private fireNext(untilMs: number): boolean {
+    const next = this.timers[0];
+    if (next === undefined || next.at > untilMs) return false;
+    this.timers.shift();
+    if (next.at < this.time) throw new Error(`virtual time went back: ${next.at} < ${this.time}`);
+    this.time = next.at;
+    next.fn();
+    return true;
   }
 }

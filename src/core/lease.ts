@@ -4,7 +4,7 @@
  * client's clock (safety rule 1).
  */
 import { InvalidArgumentError } from './errors.js';
-import type { Lease, LeaseMeta } from './types.js';
+import type { Lease, LeaseMeta, RenewResult } from './types.js';
 import { nextTerm } from './validate.js';
 
 /** A lease row as kept by a store. `owner` is null once released; the term is kept forever. */
@@ -60,6 +60,17 @@ export function decideAcquire(
 export function decideRenew(current: LeaseRow | undefined | null, owner: string, term: number, ttlMs: number, nowMs: number): LeaseRow | null {
   if (!isLive(current, nowMs) || current.owner !== owner || current.term !== term) return null;
   return { ...current, expiresAtMs: nowMs + ttlMs, ttlMs };
+}
+
+/**
+ * A renew as a store answers it: the renewed row handed to `put` (to store it) and reported or,
+ * refused, the live lease that stands (null when none does).
+ */
+export function renewLease(current: LeaseRow | undefined | null, owner: string, term: number, ttlMs: number, nowMs: number, put: (row: LeaseRow) => void): RenewResult {
+  const next = decideRenew(current, owner, term, ttlMs, nowMs);
+  if (next === null) return { renewed: false, lease: isLive(current, nowMs) ? toLease(current, nowMs) : null };
+  put(next);
+  return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, nowMs) };
 }
 
 /** Release is compare-and-set on owner and term; the term stays so it never goes back. */

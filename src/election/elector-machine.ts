@@ -102,6 +102,11 @@ export type ElectorEffect =
   | { readonly type: 'send-renew'; readonly id: number; readonly term: number }
   /** stop() came with an acquire in flight: if it turns out a win, release it. */
   | { readonly type: 'abandon-acquire'; readonly id: number }
+  /**
+   * An acquire handed back a term this incarnation gave up (its release failed, was lost, or has
+   * not landed yet): release it again rather than sit on it, so the group need not wait out the TTL.
+   */
+  | { readonly type: 'release'; readonly term: number }
   | { readonly type: 'set-timer'; readonly timer: TimerName; readonly id: number; readonly ms: number }
   | { readonly type: 'cancel-timer'; readonly timer: TimerName }
   /** Become leader: make the signal and token, start the work, emit `elected`. */
@@ -306,9 +311,14 @@ class Step {
       return this.turn();
     }
     this.effects.push({ type: 'settled' });
-    // Not acquired, or only our retired term back: wait until it lapses (or its release lands),
-    // unless the store pushed a release or a hand-over to us while the acquire was on its way.
-    if (loop.pushed && !(acquired && lease.term <= s.retiredTerm)) return this.turn();
+    // Only our retired term back: this acquire renewed a lease we will not lead (the loop would
+    // keep renewing it so, and a clock running a little fast keeps it alive for good, the group
+    // leaderless): release it; the release's push wakes the others.
+    const retired = acquired && lease.term <= s.retiredTerm;
+    if (retired) this.effects.push({ type: 'release', term: lease.term });
+    // Not acquired, or our retired term: wait until it lapses (or a release lands), unless the
+    // store pushed a release or a hand-over to us while the acquire was on its way.
+    if (loop.pushed && !retired) return this.turn();
     this.pause(candidateDelay(lease.remainingMs, this.timing, this.config.random));
   }
 

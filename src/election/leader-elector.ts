@@ -22,7 +22,8 @@ import { NotLeaderError, StoreUnavailableError, checkName, makeIncarnation, make
 import type { AcquireResult, Clock, FencingToken, Lease, LeaseMeta, Random, RenewResult, Store, Timing, TimingOptions, Unsubscribe } from '../core/index.js';
 import { hostname } from 'node:os';
 import { initialState, step } from './elector-machine.js';
-import type { CallError, DeposedReason, ElectorConfig, ElectorEffect, ElectorEvent, ElectorState, TimerName } from './elector-machine.js';
+import type { CallError, DeposedReason, ElectorConfig, ElectorEffect, ElectorEvent, ElectorState } from './elector-machine.js';
+import { ElectorTimers } from './elector-timers.js';
 import { TypedEmitter } from '../core/typed-emitter.js';
 import { onFencedRejection } from '../core/index.js';
 import { runFenced } from '../fencing/context.js';
@@ -88,7 +89,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private readonly stopController = new AbortController();
   private unwatch: Unsubscribe | null = null;
   private unhearRejections: (() => void) | null = null;
-  private readonly timers: Record<TimerName, (() => void) | null> = { loop: null, deadline: null };
+  private readonly timers: ElectorTimers;
   /** The acquire in flight: its store promise (released if stop abandons a win) and settled() waiters. */
   private acquire: { id: number; pending: Promise<AcquireResult> } | null = null;
   private attempt: { promise: Promise<void>; settle: () => void } | null = null;
@@ -103,6 +104,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     this.group = checkName('group', options.group);
     this.store = options.store;
     this.clock = options.clock ?? systemClock;
+    this.timers = new ElectorTimers(this.clock, (event) => void this.dispatch(event));
     const random = options.random ?? systemRandom;
     this.timing = resolveTiming(options);
     this.meta = options.meta ?? {};
@@ -297,24 +299,17 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         );
         return;
       }
+      case 'release':
+        this.track(this.release(e.term));
+        return;
       case 'abandon-acquire': {
         const a = this.acquire;
         if (a && a.id === e.id) void a.pending.then((r) => (r.acquired ? this.release(r.lease.term) : undefined), () => {});
         return;
       }
-      case 'set-timer': {
-        this.timers[e.timer]?.();
-        const { timer, id } = e;
-        this.timers[timer] = this.clock.setTimer(e.ms, () => {
-          this.timers[timer] = null;
-          void this.dispatch({ type: 'timer', timer, id });
-        });
-        return;
-      }
+      case 'set-timer':
       case 'cancel-timer':
-        this.timers[e.timer]?.();
-        this.timers[e.timer] = null;
-        return;
+        return this.timers.perform(e);
       case 'lead': {
         const l: Leadership = { term: e.term, token: makeToken(this.group, e.term), controller: new AbortController(), work: new Set() };
         this.leadership = l;

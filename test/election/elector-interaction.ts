@@ -157,6 +157,8 @@ export class ElectorEnv {
         return `send renew #${e.id} term=${e.term}`;
       case 'abandon-acquire':
         return `abandon acquire #${e.id}`;
+      case 'release':
+        return `release term=${e.term}`;
       case 'set-timer':
         this.timers.set(e.timer, { id: e.id, at: this.now + e.ms });
         return `set timer ${e.timer} #${e.id} in ${e.ms}ms (at ${this.now + e.ms})`;

@@ -66,6 +66,12 @@ export interface Violation {
   readonly message: string;
 }
 
+/** An append's outcome, for the trace. */
+export function describeAppend(group: string, payload: string, outcome: AppendOutcome): string {
+  const text = outcome.kind === 'ok' ? `ok seq ${outcome.seq}` : outcome.kind === 'ambiguous' ? `ambiguous (${outcome.why})` : outcome.kind;
+  return `${group}: append ${payload} ${text}`;
+}
+
 export function formatViolation(v: Violation): string {
   return `t=${formatTime(v.at)} ${v.message}`;
 }
@@ -85,6 +91,8 @@ export class History {
    */
   lateSends = 0;
   private readonly open = new Map<object, LeadershipRecord>();
+  /** The highest term each elector gave up (resigned, stopped, or a fault): it must never lead it again. */
+  private readonly retired = new Map<object, number>();
   private readonly appendsByPayload = new Map<string, AppendRecord>();
   /** Resignations whose release has not been sent yet, by owner and group. */
   private readonly resigns = new Map<string, { readonly node: string; readonly term: number; readonly at: number }>();
@@ -96,6 +104,8 @@ export class History {
     const now = this.clock.now();
     if (this.open.has(key)) this.violate(`${node} ${group}: elected for term ${term} while already leading`);
     if (deadline <= now) this.violate(`${node} ${group}: elected for term ${term} with a deadline already passed`);
+    const retired = this.retired.get(key) ?? 0;
+    if (term <= retired) this.violate(`${node} ${group}: elected for term ${term} after giving up term ${retired} (a released term is never led again)`);
     const l: LeadershipRecord = { node, owner, group, term, start: now, end: deadline, deposedAt: null, reason: null, timerAt: deadline, pauseMark };
     this.open.set(key, l);
     this.leaderships.push(l);
@@ -126,15 +136,32 @@ export class History {
       this.violate(`${node} ${l.group}: deadline signal fired at ${formatTime(now)}, expected ${formatTime(l.timerAt)}`);
     }
     if (now < l.end) l.end = now;
+    // These end leadership by releasing the lease (the others keep it, or lost it already).
+    if (reason === 'resigned' || reason === 'fenced' || reason === 'stopped' || reason === 'error') this.retired.set(key, Math.max(term, this.retired.get(key) ?? 0));
     l.deposedAt = now;
     l.reason = reason;
     this.open.delete(key);
   }
 
-  /** An append leaves a leader. */
-  beginAppend(record: AppendRecord): void {
+  /**
+   * Leader work of elector `key` sends an append under `term`: it must lead that term (rule 7),
+   * and may be past its deadline only after a stall (its held timers fired on resume before the
+   * deadline timer did; fencing must then refuse the write). Returns the record to fill in.
+   */
+  beginAppend(key: object, write: Pick<AppendRecord, 'node' | 'owner' | 'group' | 'term' | 'payload'>, pauseCount: number): AppendRecord {
+    const now = this.clock.now();
+    const { node, group, term } = write;
+    const lead = this.open.get(key);
+    if (!lead || lead.term !== term) {
+      this.violate(`${node} ${group}: leader work of term ${term} writes while not leading it (rule 7)`);
+    } else if (now >= lead.end) {
+      this.lateSends++;
+      if (pauseCount === lead.pauseMark && now > lead.timerAt + EPSILON) this.violate(`${node} ${group}: leader work writes after its deadline ${formatTime(lead.end)} without having stalled`);
+    }
+    const record: AppendRecord = { ...write, stream: `stream-${group}`, sentAt: now, appliedAt: null, outcome: null, lateSeq: null };
     this.appends.push(record);
     this.appendsByPayload.set(record.payload, record);
+    return record;
   }
 
   /** The store applied the append carrying `payload` (wrote it or refused it). */
@@ -182,6 +209,11 @@ export interface CheckInput {
 export function livenessSlackMs(plan: SimPlan): number {
   const t = plan.timing;
   return t.requestTimeoutMs + 2 * t.retryMs + 50;
+}
+
+/** How long after faults stop a leader must be there: TTL + slack, as the slowest node's clock measures it. */
+export function livenessBoundMs(plan: SimPlan): number {
+  return Math.ceil((plan.timing.ttlMs + livenessSlackMs(plan)) / Math.min(1, ...plan.clockRates));
 }
 
 export function check(input: CheckInput): Violation[] {
@@ -257,11 +289,13 @@ function checkStreams({ plan, history, streams, stopAtMs }: CheckInput): Violati
 function checkLiveness({ plan, history, stopAtMs }: CheckInput): Violation[] {
   const out: Violation[] = [];
   const from = plan.faultsUntilMs;
-  const by = from + plan.timing.ttlMs + livenessSlackMs(plan);
+  const by = from + livenessBoundMs(plan);
   for (const group of plan.groups) {
     const ls = history.leaderships.filter((l) => l.group === group);
     if (!ls.some((l) => l.start <= by && l.end > from)) {
-      out.push({ at: by, message: `${group}: no leader between the end of faults at ${from} and ${by} (ttl ${plan.timing.ttlMs} + slack ${livenessSlackMs(plan)})` });
+      const slowest = Math.min(1, ...plan.clockRates);
+      const drift = slowest < 1 ? `, / slowest clock rate ${slowest.toFixed(4)}` : '';
+      out.push({ at: by, message: `${group}: no leader between the end of faults at ${from} and ${by} (ttl ${plan.timing.ttlMs} + slack ${livenessSlackMs(plan)}${drift})` });
     }
     for (const l of ls) {
       if (l.deposedAt !== null && l.deposedAt > by && l.deposedAt < stopAtMs) {

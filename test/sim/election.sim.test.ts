@@ -3,17 +3,23 @@
  * real MemoryStore on one virtual clock, with delayed and lost replies, stalled and crashed
  * processes and store outages; plus proof that the checker fails when something is broken.
  *
- * TENURE_SIM_SEEDS overrides the number of seeds of the sweep (default 2000).
+ * TENURE_SIM_SEEDS overrides the number of seeds of the sweep (default 2000), TENURE_SIM_MACHINE_SEEDS
+ * that of the pure machine's sweep (`--mode machine`, default 1000).
  */
 import { spawn } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { describe, expect, it } from 'vitest';
+import { step } from '../../src/election/elector-machine.js';
+import { runMachineSeed } from './machine-simulation.js';
+import type { MachineSimOptions } from './machine-simulation.js';
+import { makePlan } from './plan.js';
 import type { Variant } from './plan.js';
 import { failureReport } from './report.js';
 import { runSeed } from './simulation.js';
 import type { SimResult } from './simulation.js';
 
 const SEEDS = Number(process.env.TENURE_SIM_SEEDS ?? 2000);
+const MACHINE_SEEDS = Number(process.env.TENURE_SIM_MACHINE_SEEDS ?? 1000);
 /** The sweep runs in child processes, two at a time: a run is single-threaded and the machine has two cores. */
 const PROCESSES = Math.max(1, Math.min(2, availableParallelism()));
 
@@ -54,16 +60,21 @@ async function firstFailing(variant: Variant, pattern: RegExp, limit = 100): Pro
   throw new Error(`no seed below ${limit} caught the ${variant} variant`);
 }
 
+/** Seeds 0..count-1 through the sim command, split over PROCESSES children; every one must pass. */
+async function sweepCli(count: number, ...args: string[]): Promise<void> {
+  const per = Math.ceil(count / PROCESSES);
+  const parts = Array.from({ length: PROCESSES }, (_, i) => ({ from: i * per, count: Math.min(per, count - i * per) })).filter((p) => p.count > 0);
+  const runs = await Promise.all(parts.map((p) => cli('--seeds', String(p.count), '--from', String(p.from), '--trace', '80', '--quiet', ...args)));
+  for (const run of runs) {
+    // On failure the command's output names each failing seed with its violations and last events.
+    expect(run.stdout.trim().split('\n').at(-1), `${run.stdout}\n${run.stderr}`).toMatch(/, violations 0$/);
+    expect(run.status, run.stderr).toBe(0);
+  }
+}
+
 describe('simulation: LeaderElector on MemoryStore under seeded faults', () => {
   it(`seeds 0..${SEEDS - 1} keep every invariant (${PROCESSES} processes of the sim command)`, async () => {
-    const per = Math.ceil(SEEDS / PROCESSES);
-    const parts = Array.from({ length: PROCESSES }, (_, i) => ({ from: i * per, count: Math.min(per, SEEDS - i * per) })).filter((p) => p.count > 0);
-    const runs = await Promise.all(parts.map((p) => cli('--seeds', String(p.count), '--from', String(p.from), '--trace', '80')));
-    for (const run of runs) {
-      // On failure the command's output names each failing seed with its violations and last events.
-      expect(run.stdout.trim().split('\n').at(-1), `${run.stdout}\n${run.stderr}`).toMatch(/, violations 0$/);
-      expect(run.status, run.stderr).toBe(0);
-    }
+    await sweepCli(SEEDS);
   }, 300_000);
 
   it('holds at the boundary: margin 0 with true clocks never overlaps (100 seeds)', async () => {
@@ -146,5 +157,108 @@ describe('simulation: the command line', () => {
     const run = await cli('--seeds', 'many');
     expect(run.status).toBe(2);
     expect(run.stderr.split('\n')[0]).toBe("sim: --seeds expects an integer >= 1, got 'many'");
+  });
+});
+
+/** The first seed from 0 whose machine-mode run breaks the way `pattern` says. */
+function firstMachineFailing(pattern: RegExp, options: MachineSimOptions, limit = 200): SimResult {
+  for (let seed = 0; seed < limit; seed++) {
+    const result = runMachineSeed(seed, options);
+    if (result.violations.some((v) => pattern.test(v.message))) return result;
+  }
+  throw new Error(`no seed below ${limit} broke as ${pattern}`);
+}
+
+/** A copy of the machine with one defect: each must be caught by the machine simulation. */
+const broken: Record<string, typeof step> = {
+  'ignores its deadline timer': (c, s, e, now) => (e.type === 'timer' && e.timer === 'deadline' ? { state: s, effects: [] } : step(c, s, e, now)),
+  'forgets the terms it gave up': (c, s, e, now) => {
+    const r = step(c, s, e, now);
+    return { state: { ...r.state, retiredTerm: 0 }, effects: r.effects };
+  },
+  'never hears that its retirement is done': (c, s, e, now) => (e.type === 'retired' ? { state: s, effects: [] } : step(c, s, e, now)),
+  'dates a renewed deadline from the reply': (c, s, e, now) => {
+    const r = step(c, s, e, now);
+    const l = r.state.leader;
+    if (e.type !== 'renew-ok' || !l || s.loop.kind !== 'renew') return r;
+    return { state: { ...r.state, leader: { ...l, deadline: now + c.timing.ttlMs - c.timing.marginMs } }, effects: r.effects };
+  },
+};
+
+describe('simulation: the pure elector machine stepped directly (--mode machine)', () => {
+  it(`seeds 0..${MACHINE_SEEDS - 1} keep every invariant (${PROCESSES} processes of the sim command)`, async () => {
+    await sweepCli(MACHINE_SEEDS, '--mode', 'machine');
+  }, 300_000);
+
+  it('holds at the boundary: margin 0 with true clocks never overlaps (50 seeds)', () => {
+    for (let seed = 0; seed < 50; seed++) {
+      const result = runMachineSeed(seed, { variant: 'margin-zero' });
+      expect(result.violations, failureReport(result, 80)).toEqual([]);
+    }
+  });
+
+  it('is a pure function of the seed, and uses the shell sim’s plan plus faults of its own', () => {
+    for (const seed of [0, 4, 24, 699]) {
+      const first = runMachineSeed(seed);
+      runMachineSeed(seed + 1);
+      const again = runMachineSeed(seed);
+      expect(again.trace.digest()).toBe(first.trace.digest());
+      expect(again.violations).toEqual(first.violations);
+      const shell = makePlan(seed);
+      expect({ ...first.plan, mode: 'shell', lostRequestChance: 0, storeErrorChance: 0, listenerFaultChance: 0, clockRates: shell.clockRates }).toEqual(shell);
+    }
+  });
+
+  it('exercises what it claims: drift, lost requests, store errors, throwing listeners, late answers, retirements', () => {
+    const seen = { drift: 0, lostRequest: 0, storeError: 0, listener: 0, lateAnswer: 0, retired: 0, elections: 0 };
+    for (let seed = 0; seed < 100; seed++) {
+      const r = runMachineSeed(seed);
+      if (r.plan.clockRates.some((rate) => rate !== 1)) seen.drift++;
+      seen.elections += r.stats.elections;
+      for (const { text } of r.trace.events) {
+        if (text.endsWith('(request lost)')) seen.lostRequest++;
+        else if (text.includes('cannot read (simulated)') && text.includes('store error')) seen.storeError++;
+        else if (text.endsWith('listener throws (simulated)')) seen.listener++;
+        else if (text.includes(': late answer to ')) seen.lateAnswer++;
+        else if (/DEPOSED from term \d+: error/.test(text)) seen.retired++;
+      }
+    }
+    for (const [what, count] of Object.entries(seen)) expect(count, what).toBeGreaterThan(10);
+  });
+
+  it('catches two leaders at once when the margin is 0 and one clock runs slow', () => {
+    const result = firstMachineFailing(/two leaders at once/, { variant: 'slow-clock' });
+    expect(failureReport(result, 10)).toContain(`reproduce: npm run sim -- --seeds 1 --from ${result.seed} --mode machine --variant slow-clock`);
+  });
+
+  it('catches a store without fencing, and one that acknowledges a stale write', () => {
+    firstMachineFailing(/accepted term \d+ after term \d+/, { variant: 'unfenced' });
+    firstMachineFailing(/was told .* is seq \d+, but the stream has/, { variant: 'fake-ack' });
+  });
+
+  const expected: Record<keyof typeof broken, RegExp> = {
+    'ignores its deadline timer': /the machine's deadline timer is \d+ but the shell's is unset/,
+    'forgets the terms it gave up': /elected for term (\d+) after giving up term \1 \(a released term is never led again\)/,
+    'never hears that its retirement is done': /stalled: the loop waits in retire with nothing to wake it/,
+    'dates a renewed deadline from the reply': /renewed term \d+ until [\d.]+ on renew-ok, rule 2 allows/,
+  };
+  for (const [defect, pattern] of Object.entries(expected)) {
+    it(`catches a machine that ${defect}`, () => {
+      firstMachineFailing(pattern, { step: broken[defect] });
+    });
+  }
+
+  it('seed 2686214852: a write sent at the very instant of the deadline on a drifting clock is not "after" it (float rounding)', () => {
+    const result = runMachineSeed(2686214852);
+    expect(result.plan.clockRates.some((rate) => rate !== 1)).toBe(true);
+    expect(result.stats.lateSends).toBeGreaterThan(0);
+    expect(result.violations, failureReport(result, 80)).toEqual([]);
+  });
+
+  it('seed 699: an acquire that hands back a term the elector gave up releases it, so the group gets a leader', () => {
+    const result = runMachineSeed(699);
+    const texts = result.trace.events.map((e) => e.text);
+    expect(texts.some((t) => /store error in release: sim: release of alpha met a row it cannot read/.test(t))).toBe(true);
+    expect(result.violations, failureReport(result, 80)).toEqual([]);
   });
 });

@@ -34,6 +34,8 @@ export interface CallFate {
   readonly replyDelayMs: number;
   /** The store applies the call but the reply never reaches the node. */
   readonly lostReply: boolean;
+  /** The request never reaches the store: nothing applies, no answer comes. */
+  readonly lostRequest?: boolean;
 }
 
 export interface FaultPolicy {
@@ -46,16 +48,23 @@ export interface FaultPolicy {
 /** Where fenced streams live: the memory store itself, or (broken variant) an unfenced log. */
 export type StreamBackend = Pick<Store, 'appendFenced' | 'readStream'>;
 
-export interface FaultyStoreOptions {
+/** One node's link to the store. */
+export interface WireOptions {
   readonly node: string;
-  readonly memory: MemoryStore;
-  readonly streams: StreamBackend;
   /** The shared virtual clock: the network's time. */
   readonly base: VirtualClock;
   /** The node's clock and gate. */
   readonly clock: NodeClock;
   readonly faults: FaultPolicy;
   readonly trace: Trace;
+}
+
+/** How a call ended at the store: the value it returned or the error it threw. */
+export type Outcome<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: Error };
+
+export interface FaultyStoreOptions extends WireOptions {
+  readonly memory: MemoryStore;
+  readonly streams: StreamBackend;
   /** Told when the store applies an append (writes or refuses it), by payload. */
   readonly onAppendApplied?: (payload: string) => void;
   /** Told of every release as the node sends it (before any delay). */
@@ -67,9 +76,11 @@ export interface FaultyStoreOptions {
 export class FaultyStore implements Store {
   readonly kind = 'sim';
   private readonly o: FaultyStoreOptions;
+  private readonly wire: Wire;
 
   constructor(options: FaultyStoreOptions) {
     this.o = options;
+    this.wire = new Wire(options);
   }
 
   acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
@@ -77,7 +88,7 @@ export class FaultyStore implements Store {
       'acquire',
       `acquire ${name}`,
       () => this.o.memory.acquire(name, owner, ttlMs, meta),
-      (r) => (r.acquired ? `acquired term ${r.lease.term}` : `refused: ${describeLease(r.lease)}`),
+      describeAcquire,
     );
   }
 
@@ -86,7 +97,7 @@ export class FaultyStore implements Store {
       'renew',
       `renew ${name} term ${term}`,
       () => this.o.memory.renew(name, owner, term, ttlMs),
-      (r) => (r.renewed ? 'renewed' : `refused: ${r.lease ? describeLease(r.lease) : 'free'}`),
+      describeRenew,
     );
   }
 
@@ -127,21 +138,7 @@ export class FaultyStore implements Store {
   }
 
   watch(name: string, listener: WatchListener): Unsubscribe {
-    const { base, clock, faults, node, trace } = this.o;
-    return this.o.memory.watch(name, (lease) => {
-      if (clock.isCrashed) return;
-      const fate = faults.fate(node, 'watch');
-      if (faults.outage(node) !== null || fate.lostReply) {
-        trace.add(node, `push ${name} lost`);
-        return;
-      }
-      base.setTimer(fate.replyDelayMs, () =>
-        clock.deliver('io', () => {
-          trace.add(node, `push ${name}: ${lease ? describeLease(lease) : 'free'}`);
-          listener(lease);
-        }),
-      );
-    });
+    return this.o.memory.watch(name, (lease) => this.wire.push(name, lease, listener));
   }
 
   close(): Promise<void> {
@@ -150,20 +147,59 @@ export class FaultyStore implements Store {
 
   private call<T>(op: StoreOp, what: string, apply: () => Promise<T>, describe: (value: T) => string): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.o.clock.deliver('io', () => this.send(op, what, apply, describe, resolve, reject));
+      const settleWith = (settle: (outcome: Outcome<T>) => void): void => {
+        apply().then(
+          (value) => settle({ ok: true, value }),
+          (err: unknown) => settle({ ok: false, error: err as Error }),
+        );
+      };
+      this.wire.call(op, what, settleWith, describe, (outcome) => (outcome.ok ? resolve(outcome.value) : reject(outcome.error)));
     });
   }
+}
 
-  private send<T>(
-    op: StoreOp,
-    what: string,
-    apply: () => Promise<T>,
-    describe: (value: T) => string,
-    resolve: (value: T) => void,
-    reject: (err: Error) => void,
-  ): void {
+/**
+ * The network between one node and the store, and the node's process boundary: a call leaves
+ * only when the node runs, its request may be delayed or lost, the store may be unreachable, the
+ * store applies it when it lands, and the reply may be delayed or lost; every input reaches the
+ * node through its gate. Callback-based, so both the promise-based FaultyStore and the
+ * promise-free machine simulation drive it.
+ */
+export class Wire {
+  constructor(private readonly o: WireOptions) {}
+
+  /**
+   * Send one call. `apply` runs when the request lands and hands the store's outcome to its
+   * callback (at once or later); `answer` gets it back at the node unless the reply is lost.
+   */
+  call<T>(op: StoreOp, what: string, apply: (settle: (outcome: Outcome<T>) => void) => void, describe: (value: T) => string, answer: (outcome: Outcome<T>) => void): void {
+    this.o.clock.deliver('io', () => this.send(op, what, apply, describe, answer));
+  }
+
+  /** A watch push from the store to this node: lost in an outage or by chance, else delayed. */
+  push(name: string, lease: Lease | null, listener: (lease: Lease | null) => void): void {
+    const { base, clock, faults, node, trace } = this.o;
+    if (clock.isCrashed) return;
+    const fate = faults.fate(node, 'watch');
+    if (faults.outage(node) !== null || fate.lostReply) {
+      trace.add(node, `push ${name} lost`);
+      return;
+    }
+    base.setTimer(fate.replyDelayMs, () =>
+      clock.deliver('io', () => {
+        trace.add(node, `push ${name}: ${lease ? describeLease(lease) : 'free'}`);
+        listener(lease);
+      }),
+    );
+  }
+
+  private send<T>(op: StoreOp, what: string, apply: (settle: (outcome: Outcome<T>) => void) => void, describe: (value: T) => string, answer: (outcome: Outcome<T>) => void): void {
     const { faults, node, trace } = this.o;
     const fate = faults.fate(node, op);
+    if (fate.lostRequest) {
+      trace.add(node, `→ ${what} (request lost)`);
+      return;
+    }
     trace.add(node, `→ ${what}${fate.requestDelayMs > 5 ? ` (request delayed ${fate.requestDelayMs} ms)` : ''}`);
     this.after(fate.requestDelayMs, () => {
       const outage = faults.outage(node);
@@ -173,20 +209,14 @@ export class FaultyStore implements Store {
       }
       if (outage === 'reject') {
         trace.add(node, `✗ ${what}: store unreachable, rejected`);
-        this.reply(fate, () => reject(new StoreUnavailableError(`sim: store unreachable from ${node}`)));
+        this.reply(fate, () => answer({ ok: false, error: new StoreUnavailableError(`sim: store unreachable from ${node}`) }));
         return;
       }
-      apply().then(
-        (value) => {
-          trace.add(node, `store: ${what} -> ${describe(value)}${this.fateText(fate)}`);
-          if (!fate.lostReply) this.reply(fate, () => resolve(value));
-        },
-        (err: unknown) => {
-          const error = err as Error;
-          trace.add(node, `store: ${what} -> ${error.name}: ${error.message}${this.fateText(fate)}`);
-          if (!fate.lostReply) this.reply(fate, () => reject(error));
-        },
-      );
+      apply((outcome) => {
+        const text = outcome.ok ? describe(outcome.value) : `${outcome.error.name}: ${outcome.error.message}`;
+        trace.add(node, `store: ${what} -> ${text}${this.fateText(fate)}`);
+        if (!fate.lostReply) this.reply(fate, () => answer(outcome));
+      });
     });
   }
 
@@ -206,8 +236,16 @@ export class FaultyStore implements Store {
   }
 }
 
-function describeLease(lease: Lease): string {
+export function describeLease(lease: Lease): string {
   return `${lease.owner} term ${lease.term} for ${lease.remainingMs} ms`;
+}
+
+export function describeAcquire(r: AcquireResult): string {
+  return r.acquired ? `acquired term ${r.lease.term}` : `refused: ${describeLease(r.lease)}`;
+}
+
+export function describeRenew(r: RenewResult): string {
+  return r.renewed ? 'renewed' : `refused: ${r.lease ? describeLease(r.lease) : 'free'}`;
 }
 
 /**

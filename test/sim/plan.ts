@@ -18,6 +18,14 @@ import type { ResumeOrder } from './node-clock.js';
 export type Variant = 'none' | 'margin-zero' | 'unfenced' | 'fake-ack' | 'slow-clock';
 export const variants: readonly Variant[] = ['none', 'margin-zero', 'unfenced', 'fake-ack', 'slow-clock'];
 
+/**
+ * What runs on each node: `shell`, the real LeaderElector (its promises, on a virtual clock), or
+ * `machine`, the pure elector machine stepped directly by a promise-free event loop
+ * (machine-simulation.ts), which also drifts clocks and loses requests.
+ */
+export type SimMode = 'shell' | 'machine';
+export const modes: readonly SimMode[] = ['shell', 'machine'];
+
 export interface OutageWindow {
   /** The node cut off from the store, or null when the store itself is down for everyone. */
   readonly node: string | null;
@@ -44,6 +52,7 @@ export interface CrashPlan {
 export interface SimPlan {
   readonly seed: number;
   readonly variant: Variant;
+  readonly mode: SimMode;
   readonly nodes: readonly string[];
   readonly groups: readonly string[];
   /** Passed to every LeaderElector. */
@@ -64,12 +73,29 @@ export interface SimPlan {
   readonly lostChance: number;
   /** Chance, per append, that leader work throws (and the node resigns). */
   readonly workErrorChance: number;
+  /** Chance that a request never reaches the store (machine mode; 0 in the shell's plans). */
+  readonly lostRequestChance: number;
+  /**
+   * Each node's clock rate, local ms per virtual ms (machine mode; 1 in the shell's, but for
+   * `slow-clock`). The store's clock is virtual time, so a rate below 1 is a client clock
+   * running slow against the store's: safe down to 1 − margin/ttl (the documented bound: the
+   * margin is what absorbs drift), drawn within it, and up to 1 + margin/ttl fast.
+   */
+  readonly clockRates: readonly number[];
+  /**
+   * Chance that the store answers a lease call with an error that is not "maybe" (a row tenure
+   * cannot read: StoreDataError), nothing applied, and chance that a listener of the elector's
+   * `leader-changed` event throws (machine mode; 0 in the shell's): both faults make a leader
+   * retire (depose, release, back off).
+   */
+  readonly storeErrorChance: number;
+  readonly listenerFaultChance: number;
   readonly outages: readonly OutageWindow[];
   readonly pauses: readonly PauseWindow[];
   readonly crashes: readonly CrashPlan[];
 }
 
-export function makePlan(seed: number, variant: Variant = 'none'): SimPlan {
+export function makePlan(seed: number, variant: Variant = 'none', mode: SimMode = 'shell'): SimPlan {
   const r: Random = new SeededRandom(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r.next() * xs.length)]!;
   const chance = (p: number): boolean => r.next() < p;
@@ -133,9 +159,25 @@ export function makePlan(seed: number, variant: Variant = 'none'): SimPlan {
     crashes.push({ node: pick(nodes), atMs: randomInt(r, 0, faultsUntilMs - 3 * ttlMs), restartAfterMs: randomInt(r, 0, 3 * ttlMs) });
   }
 
+  // Machine mode's extra faults come from a generator of their own, so a seed's shell plan is
+  // the same in both modes.
+  const m: Random = new SeededRandom((seed ^ 0x5bd1e995) >>> 0);
+  const drift = timing.marginMs / timing.ttlMs;
+  const clockRates = nodes.map((node) => {
+    if (variant === 'slow-clock' && node === 'n1') return 0.75;
+    if (mode === 'shell' || calm || m.next() < 0.5) return 1;
+    // Within the bound, kept a hair inside it so that float rounding of the virtual instants stays below the checker's epsilon.
+    return 1 + (m.next() * 2 - 1) * drift * 0.999;
+  });
+  const machinePick = (xs: readonly number[]): number => (mode === 'shell' || calm ? 0 : xs[Math.floor(m.next() * xs.length)]!);
+  const lostRequestChance = machinePick([0, 0, 0.005, 0.02]);
+  const storeErrorChance = machinePick([0, 0, 0.002, 0.01]);
+  const listenerFaultChance = machinePick([0, 0, 0.01, 0.05]);
+
   return {
     seed,
     variant,
+    mode,
     nodes,
     groups,
     timingOptions,
@@ -148,6 +190,10 @@ export function makePlan(seed: number, variant: Variant = 'none'): SimPlan {
     maxDelayMs: randomInt(r, Math.floor(ttlMs / 10) + 1, 2 * ttlMs),
     lostChance: calm ? 0 : pick([0, 0, 0.005, 0.02, 0.05]),
     workErrorChance: calm ? 0 : pick([0, 0, 0.001, 0.005, 0.02]),
+    lostRequestChance,
+    clockRates,
+    storeErrorChance,
+    listenerFaultChance,
     outages,
     pauses,
     crashes,
@@ -158,10 +204,13 @@ export function makePlan(seed: number, variant: Variant = 'none'): SimPlan {
 export function describePlan(plan: SimPlan): string {
   const t = plan.timing;
   const lines = [
-    `seed ${plan.seed} variant ${plan.variant}: nodes ${plan.nodes.join(',')} groups ${plan.groups.join(',')}`,
+    `seed ${plan.seed} mode ${plan.mode} variant ${plan.variant}: nodes ${plan.nodes.join(',')} groups ${plan.groups.join(',')}`,
     `  timing ttl ${t.ttlMs} margin ${t.marginMs} renew ${t.renewIntervalMs} retry ${t.retryMs} request-timeout ${t.requestTimeoutMs} (ms)`,
     `  faults until ${plan.faultsUntilMs} of ${plan.durationMs} ms: delay ${plan.delayChance} up to ${plan.maxDelayMs} ms, lost ${plan.lostChance}, work-error ${plan.workErrorChance}`,
   ];
+  if (plan.mode === 'machine') {
+    lines.push(`  lost requests ${plan.lostRequestChance}, store errors ${plan.storeErrorChance}, listener faults ${plan.listenerFaultChance}, clock rates ${plan.clockRates.map((r) => r.toFixed(4)).join(',')}`);
+  }
   for (const o of plan.outages) lines.push(`  outage ${o.node ?? 'all'} ${o.mode} ${o.startMs}..${o.endMs}`);
   for (const p of plan.pauses) lines.push(`  pause ${p.node} ${p.startMs}..${p.endMs} resume ${p.resumeOrder}`);
   for (const c of plan.crashes) lines.push(`  crash ${c.node} at ${c.atMs}, restart after ${c.restartAfterMs} ms`);

@@ -3,6 +3,7 @@
  */
 import { formatViolation } from './checker.js';
 import { describePlan } from './plan.js';
+import type { SimMode } from './plan.js';
 import { formatTime } from './trace.js';
 import type { SimResult } from './simulation.js';
 
@@ -11,7 +12,7 @@ const AFTER = 10;
 
 /** Everything needed to understand and reproduce one failing seed. */
 export function failureReport(result: SimResult, traceLines = 60): string {
-  const variantFlag = result.plan.variant === 'none' ? '' : ` --variant ${result.plan.variant}`;
+  const variantFlag = (result.plan.mode === 'shell' ? '' : ` --mode ${result.plan.mode}`) + (result.plan.variant === 'none' ? '' : ` --variant ${result.plan.variant}`);
   const first = result.violations[0];
   const until = first?.at ?? Infinity;
   const shown = result.trace.events.filter((e) => e.t <= until).length;
@@ -53,11 +54,11 @@ export function addResult(totals: Totals, result: SimResult): void {
 }
 
 /** One line; it ends with `violations N`. */
-export function summaryLine(totals: Totals, from: number, elapsedMs: number): string {
+export function summaryLine(totals: Totals, from: number, elapsedMs: number, mode: SimMode = 'shell'): string {
   const rate = totals.seeds / Math.max(elapsedMs / 1000, 1e-9);
   const failed = totals.failedSeeds.length > 0 ? `, failed seeds ${totals.failedSeeds.slice(0, 10).join(' ')}${totals.failedSeeds.length > 10 ? ' …' : ''}` : '';
   return (
-    `sim: seeds ${from}..${from + totals.seeds - 1} (${totals.seeds}) in ${(elapsedMs / 1000).toFixed(1)} s, ${rate.toFixed(1)} seeds/s; ` +
+    `sim: seeds ${from}..${from + totals.seeds - 1} (${totals.seeds})${mode === 'shell' ? '' : ` ${mode} mode`} in ${(elapsedMs / 1000).toFixed(1)} s, ${rate.toFixed(1)} seeds/s; ` +
     `elections ${totals.elections}, appends ok ${totals.appendsOk} stale ${totals.appendsStale} ambiguous ${totals.appendsAmbiguous}, ` +
     `late sends ${totals.lateSends}${failed}, violations ${totals.violations}`
   );

@@ -8,15 +8,17 @@ import type { FencingToken, StreamEntry } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
 import type { LeaderContext, LeaderWork } from '../../src/election/index.js';
 import { MemoryStore } from '../../src/stores/memory/index.js';
-import { History, check } from './checker.js';
+import { History, check, describeAppend } from './checker.js';
 import type { AppendOutcome, AppendRecord, Violation } from './checker.js';
-import { FaultSchedule } from './faults.js';
+import { ElectorRecorder } from './elector-events.js';
+import { FaultSchedule, scheduleProcessFaults } from './faults.js';
+import type { LiveProcess } from './faults.js';
 import { FaultyStore, UnfencedStreams } from './faulty-store.js';
 import type { StreamBackend } from './faulty-store.js';
 import { NodeClock } from './node-clock.js';
 import { makePlan } from './plan.js';
 import type { SimPlan, Variant } from './plan.js';
-import { Trace, formatTime } from './trace.js';
+import { Trace } from './trace.js';
 
 export interface SimStats {
   readonly elections: number;
@@ -37,15 +39,10 @@ export interface SimResult {
   readonly stats: SimStats;
 }
 
-interface Incarnation {
-  /** n2, or n2#2 for the node's second process after a crash. */
-  readonly label: string;
+interface Incarnation extends LiveProcess {
   readonly slot: string;
-  readonly clock: NodeClock;
   readonly store: FaultyStore;
   readonly electors: LeaderElector[];
-  /** Pause windows currently open on this process (they may overlap). */
-  pauseDepth: number;
 }
 
 /** Let every promise chain started by the last timer settle before the next fires. */
@@ -101,7 +98,6 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
 
   /** The leader work of the issue: append a fenced entry every few ms until the signal aborts. */
   const leaderWork = (inc: Incarnation, elector: LeaderElector, group: string): LeaderWork => {
-    const stream = `stream-${group}`;
     let n = 0; // across leaderships: one owner may lead the same term twice (re-acquired while still live)
     return async ({ signal, term, token }: LeaderContext) => {
       while (!signal.aborted) {
@@ -109,22 +105,10 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
           trace.add(inc.label, `${group}: leader work fails (simulated)`);
           throw new Error('simulated failure in leader work');
         }
-        const lead = history.current(elector);
-        if (!lead || lead.term !== term) {
-          history.violate(`${inc.label} ${group}: leader work of term ${term} writes while not leading it (rule 7)`);
-        } else if (clock.now() >= lead.end) {
-          // Only a stall can get here: the node's held timers fire on resume before its deadline timer does.
-          history.lateSends++;
-          if (inc.clock.pauseCount === lead.pauseMark && clock.now() > lead.timerAt) {
-            history.violate(`${inc.label} ${group}: leader work writes after its deadline ${formatTime(lead.end)} without having stalled`);
-          }
-        }
-        const payload = `${elector.owner}/${term}/${++n}`;
-        const record: AppendRecord = { node: inc.label, owner: elector.owner, group, stream, term, payload, sentAt: clock.now(), appliedAt: null, outcome: null, lateSeq: null };
-        history.beginAppend(record);
-        const outcome = await appendOnce(inc, token, stream, payload, elector.timing.requestTimeoutMs, signal, record);
+        const record = history.beginAppend(elector, { node: inc.label, owner: elector.owner, group, term, payload: `${elector.owner}/${term}/${++n}` }, inc.clock.pauseCount);
+        const outcome = await appendOnce(inc, token, record.stream, record.payload, elector.timing.requestTimeoutMs, signal, record);
         record.outcome = outcome;
-        trace.add(inc.label, `${group}: append ${payload} ${outcome.kind === 'ok' ? `ok seq ${outcome.seq}` : outcome.kind === 'ambiguous' ? `ambiguous (${outcome.why})` : outcome.kind}`);
+        trace.add(inc.label, describeAppend(group, record.payload, outcome));
         try {
           await sleep(inc.clock, randomInt(random, plan.appendEveryMs[0], plan.appendEveryMs[1] + 1), signal);
         } catch {
@@ -140,7 +124,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
     const label = gen === 1 ? slot : `${slot}#${gen}`;
     const nodeClock = new NodeClock(clock, {
       offsetMs: randomInt(random, 0, 1_000_000),
-      rate: variant === 'slow-clock' && slot === 'n1' ? 0.75 : 1,
+      rate: plan.clockRates[plan.nodes.indexOf(slot)] ?? 1,
     });
     const store = new FaultyStore({
       node: label,
@@ -167,68 +151,22 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
         random: new SeededRandom(randomInt(random, 0, 0x7fffffff)),
       });
       const { ttlMs, marginMs } = elector.timing;
+      const events = new ElectorRecorder(trace, history, elector, label, group, elector.owner, nodeClock);
+      elector.on('elected', ({ term, deadlineInMs }) => events.elected(term, deadlineInMs));
       // Safety rule 2, from the node's own clock: the deadline is the send time + ttl - margin.
-      const deadlineFromSend = (sentLocalMs: number): number => nodeClock.toVirtual(sentLocalMs + ttlMs - marginMs);
-      elector.on('elected', ({ term, deadlineInMs }) => {
-        trace.add(label, `${group}: ELECTED term ${term}, leads for ${deadlineInMs} ms (${elector.owner})`);
-        history.elected(elector, label, elector.owner, group, term, nodeClock.toVirtual(nodeClock.now() + deadlineInMs), nodeClock.pauseCount);
-      });
-      elector.on('renewed', ({ term, latencyMs }) => {
-        const deadline = deadlineFromSend(nodeClock.now() - latencyMs);
-        trace.add(label, `${group}: renewed term ${term} (latency ${latencyMs} ms), leads until ${formatTime(deadline)}`);
-        history.renewed(elector, label, term, deadline, nodeClock.pauseCount);
-      });
-      elector.on('deposed', ({ term, reason, holder }) => {
-        trace.add(label, `${group}: DEPOSED from term ${term}: ${reason}${holder ? ` (holder ${holder.owner} term ${holder.term})` : ''}`);
-        history.deposed(elector, label, term, reason, nodeClock.pauseCount);
-        if (reason === 'resigned') history.resigned(label, elector.owner, group, term);
-      });
-      elector.on('renew-failed', ({ term, error }) => trace.add(label, `${group}: renew of term ${term} failed: ${error.message}`));
-      elector.on('store-error', ({ operation, error }) => {
-        trace.add(label, `${group}: store error in ${operation}: ${error.message}`);
-        if (operation === 'loop') history.violate(`${label} ${group}: the elector's loop died: ${error.message}`);
-      });
-      elector.on('work-error', ({ term, error }) => trace.add(label, `${group}: work of term ${term} failed: ${error.message}`));
-      elector.on('leader-changed', ({ owner, term }) => trace.add(label, `${group}: sees leader ${owner ?? 'none'} term ${term}`));
+      elector.on('renewed', ({ term, latencyMs }) => events.renewed(term, latencyMs, nodeClock.now() - latencyMs + ttlMs - marginMs));
+      elector.on('deposed', ({ term, reason, holder }) => events.deposed(term, reason, holder));
+      elector.on('renew-failed', ({ term, error }) => events.renewFailed(term, error));
+      elector.on('store-error', ({ operation, error }) => events.storeError(operation, error));
+      elector.on('work-error', ({ term, error }) => events.workError(term, error));
+      elector.on('leader-changed', ({ owner, term }) => events.leaderChanged(owner, term));
       inc.electors.push(elector);
       void elector.runWhileLeader(leaderWork(inc, elector, group));
     }
   };
 
   plan.nodes.forEach((slot, i) => clock.setTimer(plan.startAtMs[i]!, () => startNode(slot)));
-  for (const p of plan.pauses) {
-    clock.setTimer(p.startMs, () => {
-      const inc = live.get(p.node);
-      if (!inc) return;
-      if (inc.pauseDepth++ === 0) trace.add(inc.label, `process STALLS (until ${p.endMs})`);
-      inc.clock.pause();
-      clock.setTimer(p.endMs - p.startMs, () => {
-        if (--inc.pauseDepth > 0 || !inc.clock.isPaused) return;
-        trace.add(inc.label, `process RESUMES (${p.resumeOrder})`);
-        inc.clock.resume(p.resumeOrder);
-      });
-    });
-  }
-  for (const c of plan.crashes) {
-    clock.setTimer(c.atMs, () => {
-      const inc = live.get(c.node);
-      if (!inc) return;
-      trace.add(inc.label, `process CRASHES (restart in ${c.restartAfterMs} ms)`);
-      inc.clock.crash();
-      live.delete(c.node);
-      clock.setTimer(c.restartAfterMs, () => startNode(c.node));
-    });
-  }
-  clock.setTimer(plan.faultsUntilMs, () => {
-    trace.add('sim', 'faults end');
-    for (const inc of live.values()) {
-      inc.pauseDepth = 0;
-      if (inc.clock.isPaused) {
-        trace.add(inc.label, 'process RESUMES (timers-first)');
-        inc.clock.resume('timers-first');
-      }
-    }
-  });
+  scheduleProcessFaults(plan, clock, trace, live, startNode);
 
   await clock.runUntil(plan.durationMs, flush);
 
@@ -250,8 +188,12 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
 
   const read = new Map<string, StreamEntry[]>();
   for (const group of plan.groups) read.set(`stream-${group}`, await readAll(streams, `stream-${group}`));
-  const violations = [...history.violations, ...check({ plan, history, streams: read, stopAtMs })].sort((a, b) => a.at - b.at);
+  return result(seed, plan, trace, history, check({ plan, history, streams: read, stopAtMs }));
+}
 
+/** The run's verdict and counts, once it is over: `found` are the violations `check` found at the end. */
+export function result(seed: number, plan: SimPlan, trace: Trace, history: History, found: readonly Violation[]): SimResult {
+  const violations = [...history.violations, ...found].sort((a, b) => a.at - b.at);
   let appendsOk = 0;
   let appendsStale = 0;
   let appendsAmbiguous = 0;
@@ -275,6 +217,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
     },
   };
 }
+
 
 async function readAll(streams: StreamBackend, stream: string): Promise<StreamEntry[]> {
   const out: StreamEntry[] = [];

@@ -17,7 +17,7 @@ import {
   decideAcquire,
   decideFence,
   decideRelease,
-  decideRenew,
+  renewLease,
   decodeMeta,
   encodeMeta,
   foreignStreamError,
@@ -83,11 +83,7 @@ export class MemoryStore implements Store {
       checkTerm('term', term);
       checkTtl('ttlMs', ttlMs);
       const now = this.clock.now();
-      const current = this.leases.get(name);
-      const next = decideRenew(current, owner, term, ttlMs, now);
-      if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
-      this.leases.set(name, next);
-      return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+      return renewLease(this.leases.get(name), owner, term, ttlMs, now, (row) => this.leases.set(name, row));
     });
   }
 
@@ -99,11 +95,7 @@ export class MemoryStore implements Store {
       checkRenewItems(leases);
       const now = this.clock.now();
       return leases.map(({ name, term }): RenewResult => {
-        const current = this.leases.get(name);
-        const next = decideRenew(current, owner, term, ttlMs, now);
-        if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
-        this.leases.set(name, next);
-        return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+        return renewLease(this.leases.get(name), owner, term, ttlMs, now, (row) => this.leases.set(name, row));
       });
     });
   }

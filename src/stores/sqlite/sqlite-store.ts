@@ -37,7 +37,7 @@ import {
   decideFence,
   reportStale,
   decideRelease,
-  decideRenew,
+  renewLease,
   decodeMeta,
   decodeStreamEntry,
   decodeTerm,
@@ -294,11 +294,7 @@ export class SqliteStore implements Store {
     checkTtl('ttlMs', ttlMs);
     return this.write('renew', () => {
       const now = this.clock.now();
-      const current = this.getRow(name);
-      const next = decideRenew(current, owner, term, ttlMs, now);
-      if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
-      this.putRow(next);
-      return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+      return renewLease(this.getRow(name), owner, term, ttlMs, now, (row) => this.putRow(row));
     });
   }
 
@@ -311,11 +307,7 @@ export class SqliteStore implements Store {
     return this.write('renewMany', () => {
       const now = this.clock.now();
       return leases.map(({ name, term }): RenewResult => {
-        const current = this.getRow(name);
-        const next = decideRenew(current, owner, term, ttlMs, now);
-        if (next === null) return { renewed: false, lease: isLive(current, now) ? toLease(current, now) : null };
-        this.putRow(next);
-        return { renewed: true, lease: toLease(next as LeaseRow & { owner: string }, now) };
+        return renewLease(this.getRow(name), owner, term, ttlMs, now, (row) => this.putRow(row));
       });
     });
   }

@@ -4,6 +4,7 @@
  * caller's own client, and tell a missing column or table from any other error. The drivers are
  * the caller's: nothing here imports one, the handles are described by the few calls made on them.
  */
+import { createHash } from 'node:crypto';
 import type { CheckedRowValue } from './rows.js';
 
 /** A database error `fencedUpdate` explains: a column or a table the statement named is missing. */
@@ -77,7 +78,24 @@ function matched(kind: MissingObject['kind'], re: RegExp, message: string): Miss
 
 /** A pg Pool, Client or PoolClient (also one inside the caller's own transaction). */
 export interface PgQueryable {
-  query(text: string, values?: unknown[]): Promise<{ rowCount: number | null; rows: Record<string, unknown>[] }>;
+  query(text: string | { name: string; text: string; values: unknown[] }, values?: unknown[]): Promise<{ rowCount: number | null; rows: Record<string, unknown>[] }>;
+}
+
+/**
+ * The name of the prepared statement for one statement text: pg prepares it once per connection
+ * and then only binds and executes it, sparing PostgreSQL the parse and plan of the fenced UPDATE
+ * (with its lease-table subquery) on every call. The statements are few: one per table and column
+ * set the application updates.
+ */
+const statementNames = new Map<string, string>();
+function statementName(sql: string): string {
+  let name = statementNames.get(sql);
+  if (name === undefined) {
+    name = `tenure_${createHash('sha256').update(sql).digest('hex').slice(0, 40)}`;
+    if (statementNames.size >= 1000) statementNames.clear();
+    statementNames.set(sql, name);
+  }
+  return name;
 }
 
 /** PostgreSQL through `pg`. */
@@ -94,7 +112,7 @@ export const postgresDialect: SqlDialect<PgQueryable> = {
   leaseEquals: (column, p) => `${column} = ${p}`,
   leaseRead: (column) => column ?? 'NULL::text',
   bind: (v) => v,
-  update: async (db, sql, values) => (await db.query(sql, [...values])).rowCount ?? 0,
+  update: async (db, sql, values) => (await db.query({ name: statementName(sql), text: sql, values: [...values] })).rowCount ?? 0,
   select: async (db, sql, values) => (await db.query(sql, [...values])).rows,
   missing: (err) => {
     const { code, message } = errorFields(err);

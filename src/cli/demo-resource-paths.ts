@@ -12,7 +12,28 @@ import type { JsMsg } from 'nats';
 import type { AmqpMessage, MessageVerdict, MqttPacket, SqliteDatabase } from '../fencing/index.js';
 import { channelNames, connectAmqp, connectMqtt, connectNats, natsModule } from './demo-brokers.js';
 import { LEDGER_ROW, LEDGER_TABLE } from './demo-ledger.js';
-import type { ResourceContext, ServedResource } from './demo-resource-process.js';
+import type { openLedger } from './demo-ledger.js';
+import type { ResourceVia } from './demo-writer.js';
+
+/** A running resource, as each path serves it. */
+export interface ServedResource {
+  /** The HTTP endpoint, for `http`. */
+  readonly url?: string;
+  close(): Promise<void>;
+}
+
+export interface ResourceContext {
+  readonly via: ResourceVia;
+  readonly group: string;
+  readonly db: ReturnType<typeof openLedger>;
+  readonly broker: string | undefined;
+  readonly channel: string | undefined;
+  /** Report a write refused where it landed. */
+  refused(error: StaleTermError, payload: string | null): void;
+  /** Report a failure that did not stop the resource. */
+  error(message: string): void;
+}
+
 
 /** The consumer's durable name (the JetStream consumer and the ledger's row). */
 const CONSUMER = 'demo-resource';

@@ -13,13 +13,12 @@
  */
 import { writeSync } from 'node:fs';
 import { checkName } from '../core/index.js';
-import type { StaleTermError } from '../core/index.js';
 import { parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
 import { openLedger } from './demo-ledger.js';
 import { serveResource } from './demo-resource-paths.js';
+import type { ResourceContext, ServedResource } from './demo-resource-paths.js';
 import { RESOURCE_PATHS } from './demo-writer.js';
-import type { ResourceVia } from './demo-writer.js';
 import type { CliIO } from './output.js';
 
 export const demoResourceSpec: CommandSpec = {
@@ -47,25 +46,6 @@ export type DemoResourceEvent =
   | { event: 'failed'; message: string }
   | { event: 'error'; message: string }
   | { event: 'stopped' };
-
-/** A running resource, as each path serves it. */
-export interface ServedResource {
-  /** The HTTP endpoint, for `http`. */
-  readonly url?: string;
-  close(): Promise<void>;
-}
-
-export interface ResourceContext {
-  readonly via: ResourceVia;
-  readonly group: string;
-  readonly db: ReturnType<typeof openLedger>;
-  readonly broker: string | undefined;
-  readonly channel: string | undefined;
-  /** Report a write refused where it landed. */
-  refused(error: StaleTermError, payload: string | null): void;
-  /** Report a failure that did not stop the resource. */
-  error(message: string): void;
-}
 
 export async function demoResourceCommand(argv: readonly string[], io: CliIO): Promise<number> {
   const args = parseCommand(demoResourceSpec, argv);

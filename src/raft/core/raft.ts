@@ -116,6 +116,11 @@ export class Raft {
 
   /** The node leadership is being transferred to, or NONE. */
   leadTransferee: NodeId = NONE;
+  /**
+   * Ticks left to campaign for a TimeoutNow that came while a committed conf change was not yet
+   * applied (0: none). The campaign starts once the change is applied (see appliedTo).
+   */
+  private transferDue = 0;
   /** Index of the last conf change proposed by this leader; no new one until it is applied. */
   pendingConfIndex = 0;
   /** Payload bytes appended by this leader and not yet committed (approximate; see reduceUncommittedSize). */
@@ -192,6 +197,7 @@ export class Raft {
     this.heartbeatElapsed = 0;
     this.randomizedElectionTimeout = this.electionTimeout + randomInt(this.random, 0, this.electionTimeout);
     this.leadTransferee = NONE;
+    this.transferDue = 0;
     this.tracker.resetVotes();
     const last = this.log.lastIndex();
     for (const [id, pr] of this.tracker.progress) {
@@ -260,6 +266,8 @@ export class Raft {
 
   private tickElection(): void {
     this.electionElapsed++;
+    // The old leader gives a transfer an election timeout; a later campaign would only disrupt.
+    if (this.transferDue > 0) this.transferDue--;
     if (this.promotable() && this.electionElapsed >= this.randomizedElectionTimeout) {
       this.electionElapsed = 0;
       this.step(message({ type: 'hup', from: this.id }));
@@ -494,6 +502,14 @@ export class Raft {
         // Heard from a live leader within the election timeout: a candidate asking for a higher
         // term is probably a node rejoining from a partition; ignore it rather than depose the leader.
         if (!force && inLease) return undefined;
+        // A leader that is alone a quorum (the single voter, or (1)&&(1)) cannot lose its quorum,
+        // and no candidate can win without its vote: its lease holds without CheckQuorum. Stepping
+        // down for the vote only leaves the group leaderless until it campaigns again. The usual
+        // candidate is a node removed by a conf change whose commit it never learnt (the leader
+        // no longer replicates to it), so it still counts itself a voter and campaigns at ever
+        // higher terms; without PreVote and CheckQuorum each of its requests deposed the only
+        // voter, and clients saw no write complete (simulator seed 387134795).
+        if (!force && m.type === 'vote' && this.role === 'leader' && this.tracker.isQuorumAlone(this.id)) return undefined;
       }
       if (m.type === 'preVote') {
         // Never change term on a pre-vote.
@@ -800,6 +816,17 @@ export class Raft {
       case 'timeoutNow':
         // The leader asks this node to campaign now. No pre-vote: there is no partition to
         // recover from, and the leader is waiting.
+        if (this.hasUnappliedConfChanges()) {
+          // The heartbeat that told this node the commit index of a conf change (often the very
+          // change that removed or demoted the leader, which then hands over and steps down)
+          // arrives just before TimeoutNow, ahead of the application applying that change. hup
+          // refuses to campaign until it is applied (and the change may be what makes this node
+          // a voter); dropping the request left a group whose old leader had already stepped down
+          // without a leader for a whole election timeout (simulator seed 387137903). Campaign as
+          // soon as the change is applied instead (hup then checks again).
+          this.transferDue = this.electionTimeout;
+          return undefined;
+        }
         this.hup('transfer');
         return undefined;
       case 'readIndexResp':
@@ -979,6 +1006,10 @@ export class Raft {
   appliedTo(index: number): void {
     this.log.appliedTo(index);
     this.maybeAutoLeave();
+    if (this.transferDue > 0 && this.role === 'follower' && !this.hasUnappliedConfChanges()) {
+      this.transferDue = 0;
+      this.hup('transfer');
+    }
   }
 
   /** Retried on every apply and tick, since the proposal can be refused for a while (transfer, size bound). */

@@ -268,9 +268,18 @@ export class Raft {
     this.electionElapsed++;
     // The old leader gives a transfer an election timeout; a later campaign would only disrupt.
     if (this.transferDue > 0) this.transferDue--;
-    if (this.promotable() && this.electionElapsed >= this.randomizedElectionTimeout) {
-      this.electionElapsed = 0;
-      this.step(message({ type: 'hup', from: this.id }));
+    if (this.promotable()) {
+      if (this.electionElapsed >= this.randomizedElectionTimeout) {
+        this.electionElapsed = 0;
+        this.step(message({ type: 'hup', from: this.id }));
+      }
+    } else if (this.lead !== NONE && this.electionElapsed >= this.randomizedElectionTimeout) {
+      // A voter forgets a leader it no longer hears from when it campaigns; a node that cannot
+      // campaign (a learner) kept it for good and went on forwarding proposals and reads to a
+      // leader that had crashed (or restarted as a follower), where they vanished and clients
+      // waited out their timeouts (simulator seed 3132963523). Forget it at the same point: such
+      // requests are then refused at once ('no-leader') until a leader is heard from again.
+      this.lead = NONE;
     }
   }
 

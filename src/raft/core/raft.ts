@@ -511,14 +511,6 @@ export class Raft {
         // Heard from a live leader within the election timeout: a candidate asking for a higher
         // term is probably a node rejoining from a partition; ignore it rather than depose the leader.
         if (!force && inLease) return undefined;
-        // A leader that is alone a quorum (the single voter, or (1)&&(1)) cannot lose its quorum,
-        // and no candidate can win without its vote: its lease holds without CheckQuorum. Stepping
-        // down for the vote only leaves the group leaderless until it campaigns again. The usual
-        // candidate is a node removed by a conf change whose commit it never learnt (the leader
-        // no longer replicates to it), so it still counts itself a voter and campaigns at ever
-        // higher terms; without PreVote and CheckQuorum each of its requests deposed the only
-        // voter, and clients saw no write complete (simulator seed 387134795).
-        if (!force && m.type === 'vote' && this.role === 'leader' && this.tracker.isQuorumAlone(this.id)) return undefined;
       }
       if (m.type === 'preVote') {
         // Never change term on a pre-vote.
@@ -527,6 +519,7 @@ export class Raft {
       } else if (m.type === 'app' || m.type === 'heartbeat' || m.type === 'snap') {
         this.becomeFollower(m.term, m.from);
       } else if (m.type === 'vote') {
+        const aloneLeader = m.context !== TRANSFER_CONTEXT && this.role === 'leader' && this.tracker.isQuorumAlone(this.id);
         // Take the term (and a fresh random timeout), but keep counting the ticks elapsed: the
         // count restarts below only if the vote is granted (Raft paper, Figure 2: a follower
         // campaigns when its timeout passes "without receiving AppendEntries from the current
@@ -535,6 +528,21 @@ export class Raft {
         // of the only node that can win, and the group can stay leaderless for many rounds
         // (simulator seed 717508).
         this.becomeFollower(m.term, NONE, true);
+        if (aloneLeader) {
+          // A leader that is alone a quorum (the single voter, or (1)&&(1)) would win any
+          // election at once, and no candidate wins without its vote. Having taken the higher
+          // term, it answers the request and, unless it granted the vote, is elected again in
+          // the next term right away, instead of leaving the group leaderless for an election
+          // timeout. The usual candidate is a node removed by a conf change whose commit it never
+          // learnt (the leader no longer replicates to it): it still counts itself a voter and
+          // campaigns at ever higher terms; without PreVote and CheckQuorum each of its requests
+          // deposed the only voter, and no client write completed (simulator seed 387134795).
+          // Ignoring the request instead is wrong: the leader stays behind a term that nodes it
+          // may later add already hold, and they ignore its appends (seed 5003233).
+          this.answerVote(m);
+          if (this.vote !== m.from) this.hup('election');
+          return undefined;
+        }
       } else {
         this.becomeFollower(m.term, NONE);
       }
@@ -555,23 +563,9 @@ export class Raft {
         this.hup(this.preVote ? 'preElection' : 'election');
         return undefined;
       case 'vote':
-      case 'preVote': {
-        const canVote =
-          this.vote === m.from ||
-          (this.vote === NONE && this.lead === NONE) ||
-          (m.type === 'preVote' && m.term > this.term);
-        if (canVote && this.log.isUpToDate(m.index, m.logTerm)) {
-          // A granted answer carries the candidate's term, so it is counted in that term.
-          this.send(message({ type: voteRespType(m.type), to: m.from, term: m.term }));
-          if (m.type === 'vote') {
-            this.electionElapsed = 0;
-            this.grantVote(m.from);
-          }
-        } else {
-          this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
-        }
+      case 'preVote':
+        this.answerVote(m);
         return undefined;
-      }
       default:
         switch (this.role) {
           case 'leader':
@@ -582,6 +576,24 @@ export class Raft {
           case 'follower':
             return this.stepFollower(m);
         }
+    }
+  }
+
+  /** Grants or refuses the (pre)vote request `m`, of this node's term or, for a pre-vote, a later one. */
+  private answerVote(m: Message): void {
+    const canVote =
+      this.vote === m.from ||
+      (this.vote === NONE && this.lead === NONE) ||
+      (m.type === 'preVote' && m.term > this.term);
+    if (canVote && this.log.isUpToDate(m.index, m.logTerm)) {
+      // A granted answer carries the candidate's term, so it is counted in that term.
+      this.send(message({ type: voteRespType(m.type), to: m.from, term: m.term }));
+      if (m.type === 'vote') {
+        this.electionElapsed = 0;
+        this.grantVote(m.from);
+      }
+    } else {
+      this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
     }
   }
 

@@ -396,7 +396,10 @@ export class Simulation {
     const core = n.core!;
     const rd = core.ready();
     const term = core.internal.term;
-    if (rd.softState !== undefined && rd.softState.role === 'leader') this.checkNewLeader(n, term);
+    // A leader alone a quorum that a vote request moves to a higher term is elected again within
+    // the same step: its role never shows a change, only its term does. Check it as a new leader.
+    const reelected = rd.softState === undefined && core.internal.role === 'leader' && rd.hardState !== undefined && rd.hardState.term !== n.storage.initialState().hardState.term;
+    if ((rd.softState !== undefined && rd.softState.role === 'leader') || reelected) this.checkNewLeader(n, term);
     else if (rd.softState !== undefined) this.event(`n${n.id} is ${rd.softState.role} at term ${term}, leader ${rd.softState.lead}`, [n.id]);
 
     // 1. Persist: snapshot, entries, hard state.

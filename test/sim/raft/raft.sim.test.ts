@@ -137,6 +137,14 @@ describe('raft simulation', () => {
     expect(b.history).toEqual(a.history);
   });
 
+  it('seed 197672509 (3 nodes): a leader elected in an older term after a newer leader committed is no Leader Completeness violation', () => {
+    // n1 granted n2's vote for term 4, then n3's for term 5; n3 committed its term-5 entry with
+    // n1 before n2 counted n1's vote and led term 4 without that entry, which Raft allows (it
+    // can commit nothing: its voters are at term 5). The checker used to flag it.
+    const r = runSeed({ seed: 197672509, nodes: 3 });
+    expect(r.violation?.report ?? '').toBe('');
+  });
+
   it.each(STALLED_BEFORE)('seed $seed ($nodes nodes), stalled before a fix ($cause), makes progress after healing', ({ seed, nodes }) => {
     const r = runSeed({ seed, nodes });
     expect(r.violation?.report ?? '').toBe('');

@@ -547,10 +547,14 @@ export class Raft {
         this.becomeFollower(m.term, NONE);
       }
     } else if (m.term < this.term) {
-      if ((this.checkQuorum || this.preVote) && (m.type === 'heartbeat' || m.type === 'app')) {
+      if ((this.checkQuorum || this.preVote || !this.promotable()) && (m.type === 'heartbeat' || m.type === 'app')) {
         // A stale leader (from before a partition) learns the new term from this answer and steps
         // down; otherwise, with PreVote or CheckQuorum, it could keep the group without a leader
-        // because this node ignores its messages and never campaigns against it.
+        // because this node ignores its messages and never campaigns against it. Without them a
+        // voter campaigns and so deposes it, but a node that cannot campaign (a learner in its
+        // own eyes, perhaps one the stale leader has since made a voter) never would: it took a
+        // higher term from a removed node's vote request and then ignored every append, and the
+        // leader, needing it for its quorum, waited forever (simulator seed 900057585).
         this.send(message({ type: 'appResp', to: m.from }));
       } else if (m.type === 'preVote') {
         this.send(message({ type: 'preVoteResp', to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));

@@ -418,8 +418,12 @@ export class InteractionEnv {
     // 1. persist
     if (rd.snapshot !== undefined) n.storage.applySnapshot(rd.snapshot);
     n.storage.append(rd.entries);
+    // A leader may be elected again in a later term within one step (alone a quorum): its role
+    // shows no change, its term does.
+    const termBefore = n.storage.initialState().hardState.term;
     if (rd.hardState !== undefined) n.storage.setHardState(rd.hardState);
-    if (rd.softState?.role === 'leader') this.recordLeader(id, n.core.status().term);
+    const reelected = n.core.status().role === 'leader' && rd.hardState !== undefined && rd.hardState.term !== termBefore;
+    if (rd.softState?.role === 'leader' || reelected) this.recordLeader(id, n.core.status().term);
     // 2. send
     this.queue.push(...rd.messages);
     // 3. apply

@@ -116,6 +116,11 @@ export class Raft {
 
   /** The node leadership is being transferred to, or NONE. */
   leadTransferee: NodeId = NONE;
+  /**
+   * Ticks left to campaign for a TimeoutNow that came while a committed conf change was not yet
+   * applied (0: none). The campaign starts once the change is applied (see appliedTo).
+   */
+  private transferDue = 0;
   /** Index of the last conf change proposed by this leader; no new one until it is applied. */
   pendingConfIndex = 0;
   /** Payload bytes appended by this leader and not yet committed (approximate; see reduceUncommittedSize). */
@@ -192,6 +197,7 @@ export class Raft {
     this.heartbeatElapsed = 0;
     this.randomizedElectionTimeout = this.electionTimeout + randomInt(this.random, 0, this.electionTimeout);
     this.leadTransferee = NONE;
+    this.transferDue = 0;
     this.tracker.resetVotes();
     const last = this.log.lastIndex();
     for (const [id, pr] of this.tracker.progress) {
@@ -260,9 +266,20 @@ export class Raft {
 
   private tickElection(): void {
     this.electionElapsed++;
-    if (this.promotable() && this.electionElapsed >= this.randomizedElectionTimeout) {
-      this.electionElapsed = 0;
-      this.step(message({ type: 'hup', from: this.id }));
+    // The old leader gives a transfer an election timeout; a later campaign would only disrupt.
+    if (this.transferDue > 0) this.transferDue--;
+    if (this.promotable()) {
+      if (this.electionElapsed >= this.randomizedElectionTimeout) {
+        this.electionElapsed = 0;
+        this.step(message({ type: 'hup', from: this.id }));
+      }
+    } else if (this.lead !== NONE && this.electionElapsed >= this.randomizedElectionTimeout) {
+      // A voter forgets a leader it no longer hears from when it campaigns; a node that cannot
+      // campaign (a learner) kept it for good and went on forwarding proposals and reads to a
+      // leader that had crashed (or restarted as a follower), where they vanished and clients
+      // waited out their timeouts (simulator seed 3132963523). Forget it at the same point: such
+      // requests are then refused at once ('no-leader') until a leader is heard from again.
+      this.lead = NONE;
     }
   }
 
@@ -502,6 +519,7 @@ export class Raft {
       } else if (m.type === 'app' || m.type === 'heartbeat' || m.type === 'snap') {
         this.becomeFollower(m.term, m.from);
       } else if (m.type === 'vote') {
+        const aloneLeader = m.context !== TRANSFER_CONTEXT && this.role === 'leader' && this.tracker.isQuorumAlone(this.id);
         // Take the term (and a fresh random timeout), but keep counting the ticks elapsed: the
         // count restarts below only if the vote is granted (Raft paper, Figure 2: a follower
         // campaigns when its timeout passes "without receiving AppendEntries from the current
@@ -510,14 +528,33 @@ export class Raft {
         // of the only node that can win, and the group can stay leaderless for many rounds
         // (simulator seed 717508).
         this.becomeFollower(m.term, NONE, true);
+        if (aloneLeader) {
+          // A leader that is alone a quorum (the single voter, or (1)&&(1)) would win any
+          // election at once, and no candidate wins without its vote. Having taken the higher
+          // term, it answers the request and, unless it granted the vote, is elected again in
+          // the next term right away, instead of leaving the group leaderless for an election
+          // timeout. The usual candidate is a node removed by a conf change whose commit it never
+          // learnt (the leader no longer replicates to it): it still counts itself a voter and
+          // campaigns at ever higher terms; without PreVote and CheckQuorum each of its requests
+          // deposed the only voter, and no client write completed (simulator seed 387134795).
+          // Ignoring the request instead is wrong: the leader stays behind a term that nodes it
+          // may later add already hold, and they ignore its appends (seed 5003233).
+          this.answerVote(m);
+          if (this.vote !== m.from) this.hup('election');
+          return undefined;
+        }
       } else {
         this.becomeFollower(m.term, NONE);
       }
     } else if (m.term < this.term) {
-      if ((this.checkQuorum || this.preVote) && (m.type === 'heartbeat' || m.type === 'app')) {
+      if ((this.checkQuorum || this.preVote || !this.promotable()) && (m.type === 'heartbeat' || m.type === 'app')) {
         // A stale leader (from before a partition) learns the new term from this answer and steps
         // down; otherwise, with PreVote or CheckQuorum, it could keep the group without a leader
-        // because this node ignores its messages and never campaigns against it.
+        // because this node ignores its messages and never campaigns against it. Without them a
+        // voter campaigns and so deposes it, but a node that cannot campaign (a learner in its
+        // own eyes, perhaps one the stale leader has since made a voter) never would: it took a
+        // higher term from a removed node's vote request and then ignored every append, and the
+        // leader, needing it for its quorum, waited forever (simulator seed 900057585).
         this.send(message({ type: 'appResp', to: m.from }));
       } else if (m.type === 'preVote') {
         this.send(message({ type: 'preVoteResp', to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
@@ -530,23 +567,9 @@ export class Raft {
         this.hup(this.preVote ? 'preElection' : 'election');
         return undefined;
       case 'vote':
-      case 'preVote': {
-        const canVote =
-          this.vote === m.from ||
-          (this.vote === NONE && this.lead === NONE) ||
-          (m.type === 'preVote' && m.term > this.term);
-        if (canVote && this.log.isUpToDate(m.index, m.logTerm)) {
-          // A granted answer carries the candidate's term, so it is counted in that term.
-          this.send(message({ type: voteRespType(m.type), to: m.from, term: m.term }));
-          if (m.type === 'vote') {
-            this.electionElapsed = 0;
-            this.grantVote(m.from);
-          }
-        } else {
-          this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
-        }
+      case 'preVote':
+        this.answerVote(m);
         return undefined;
-      }
       default:
         switch (this.role) {
           case 'leader':
@@ -557,6 +580,24 @@ export class Raft {
           case 'follower':
             return this.stepFollower(m);
         }
+    }
+  }
+
+  /** Grants or refuses the (pre)vote request `m`, of this node's term or, for a pre-vote, a later one. */
+  private answerVote(m: Message): void {
+    const canVote =
+      this.vote === m.from ||
+      (this.vote === NONE && this.lead === NONE) ||
+      (m.type === 'preVote' && m.term > this.term);
+    if (canVote && this.log.isUpToDate(m.index, m.logTerm)) {
+      // A granted answer carries the candidate's term, so it is counted in that term.
+      this.send(message({ type: voteRespType(m.type), to: m.from, term: m.term }));
+      if (m.type === 'vote') {
+        this.electionElapsed = 0;
+        this.grantVote(m.from);
+      }
+    } else {
+      this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
     }
   }
 
@@ -800,6 +841,17 @@ export class Raft {
       case 'timeoutNow':
         // The leader asks this node to campaign now. No pre-vote: there is no partition to
         // recover from, and the leader is waiting.
+        if (this.hasUnappliedConfChanges()) {
+          // The heartbeat that told this node the commit index of a conf change (often the very
+          // change that removed or demoted the leader, which then hands over and steps down)
+          // arrives just before TimeoutNow, ahead of the application applying that change. hup
+          // refuses to campaign until it is applied (and the change may be what makes this node
+          // a voter); dropping the request left a group whose old leader had already stepped down
+          // without a leader for a whole election timeout (simulator seed 387137903). Campaign as
+          // soon as the change is applied instead (hup then checks again).
+          this.transferDue = this.electionTimeout;
+          return undefined;
+        }
         this.hup('transfer');
         return undefined;
       case 'readIndexResp':
@@ -979,6 +1031,10 @@ export class Raft {
   appliedTo(index: number): void {
     this.log.appliedTo(index);
     this.maybeAutoLeave();
+    if (this.transferDue > 0 && this.role === 'follower' && !this.hasUnappliedConfChanges()) {
+      this.transferDue = 0;
+      this.hup('transfer');
+    }
   }
 
   /** Retried on every apply and tick, since the proposal can be refused for a while (transfer, size bound). */

@@ -219,6 +219,11 @@ export class Simulation {
   private readonly logRegistry = new Map<string, string>();
   /** index -> term of the entry known committed there. */
   private readonly committedTerm = new Map<number, number>();
+  /**
+   * index -> the lowest term of a node that recorded it committed: the term of the leader that
+   * committed it (a leader persists a commit index before any message carries it).
+   */
+  private readonly committedInTerm = new Map<number, number>();
   private maxCommitted = 0;
   /** index -> entry key applied there by anybody. */
   private readonly appliedAt = new Map<number, string>();
@@ -396,7 +401,10 @@ export class Simulation {
     const core = n.core!;
     const rd = core.ready();
     const term = core.internal.term;
-    if (rd.softState !== undefined && rd.softState.role === 'leader') this.checkNewLeader(n, term);
+    // A leader alone a quorum that a vote request moves to a higher term is elected again within
+    // the same step: its role never shows a change, only its term does. Check it as a new leader.
+    const reelected = rd.softState === undefined && core.internal.role === 'leader' && rd.hardState !== undefined && rd.hardState.term !== n.storage.initialState().hardState.term;
+    if ((rd.softState !== undefined && rd.softState.role === 'leader') || reelected) this.checkNewLeader(n, term);
     else if (rd.softState !== undefined) this.event(`n${n.id} is ${rd.softState.role} at term ${term}, leader ${rd.softState.lead}`, [n.id]);
 
     // 1. Persist: snapshot, entries, hard state.
@@ -736,7 +744,10 @@ export class Simulation {
     // Leader Completeness: every entry known committed is in the new leader's log.
     for (let i = Math.max(first, 1); i <= this.maxCommitted; i++) {
       const want = this.committedTerm.get(i);
-      if (want === undefined) continue;
+      // Leader Completeness is about leaders of later terms than the one the entry committed in:
+      // a candidate of an older term can still win it (its voters had not yet seen the newer
+      // one) after a newer leader committed, and lack that entry; it can commit nothing.
+      if (want === undefined || (this.committedInTerm.get(i) ?? 0) >= term) continue;
       const have = log.term(i);
       if (have !== want) {
         throw new SafetyViolation(
@@ -778,6 +789,8 @@ export class Simulation {
         throw new SafetyViolation('committed-entry-changed', `n${n.id} has term ${t} at committed index ${i}, where an entry of term ${known} was committed`, [n.id]);
       }
       this.committedTerm.set(i, t);
+      const inTerm = n.core!.internal.term;
+      if (inTerm < (this.committedInTerm.get(i) ?? Number.POSITIVE_INFINITY)) this.committedInTerm.set(i, inTerm);
     }
     n.commitSeen = commit;
     if (commit > this.maxCommitted) this.maxCommitted = commit;

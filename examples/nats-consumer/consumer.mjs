@@ -8,7 +8,7 @@
 // is acknowledged only after its transaction committed.
 //
 //   node consumer.mjs NATS_URL STREAM DB_FILE
-import Database from 'better-sqlite3';
+import { openSqlite } from './sqlite.mjs';
 import { connect } from 'nats';
 import { FENCED_JETSTREAM_CONSUMER, FencedConsumer, consumeFencedJetStream, sqlMessageLedger, sqliteDialect } from 'tenure/fencing';
 
@@ -19,8 +19,8 @@ if (!natsUrl || !stream || !dbFile) {
 }
 const say = (event) => console.log(JSON.stringify(event));
 
-const db = new Database(dbFile);
-db.pragma('journal_mode = WAL');
+const db = await openSqlite(dbFile);
+db.exec('PRAGMA journal_mode = WAL');
 db.exec('CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, publisher TEXT NOT NULL, term INTEGER NOT NULL, n INTEGER NOT NULL)');
 const ledger = sqlMessageLedger(sqliteDialect, db); // table tenure_message_fences, next to `orders`
 await ledger.createTable();

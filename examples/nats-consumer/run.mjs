@@ -16,7 +16,7 @@ import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import Database from 'better-sqlite3';
+import { openSqlite } from './sqlite.mjs';
 import { connect } from 'nats';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -93,7 +93,7 @@ try {
   if (!dropped) throw new Error('no late publish was dropped in three rounds');
   await sleep(short ? 500 : 2000);
 
-  const db = new Database(dbFile, { readonly: true });
+  const db = await openSqlite(dbFile, { readonly: true });
   const rows = db.prepare('SELECT id, publisher, term FROM orders ORDER BY id').all();
   db.close();
   const backwards = rows.filter((r, i) => i > 0 && r.term < rows[i - 1].term);

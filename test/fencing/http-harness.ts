@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import { openTestSqlite } from '../fixtures/sqlite-compat.js';
 import express from 'express';
 import Fastify from 'fastify';
 import mysql from 'mysql2/promise';
@@ -155,7 +155,7 @@ export const databases: Record<string, () => Promise<AnyDb>> = {
     const path = join(dir, 'app.db');
     const store = new SqliteStore({ path });
     await store.list();
-    const conn = new Database(path);
+    const conn = openTestSqlite(path);
     conn.pragma('busy_timeout = 5000');
     const h: Db<SqliteDatabase> = {
       name: 'sqlite',
@@ -241,7 +241,7 @@ export const frameworks: Framework[] = ['node:http', 'express', 'fastify'];
  * /health` is unfenced (no token required), `PUT /optional/:id` takes a token if one comes.
  */
 export async function startService<Tx>(framework: Framework, db: Db<Tx>, group: string): Promise<Service> {
-  const fence = httpFence<Tx>({ dialect: db.dialect, group, required: (req) => !isOptionalRoute(req) && !isBoomRoute(req), onError: () => {} });
+  const fence = httpFence<Tx>({ dialect: db.dialect, group, required: (req) => !isOptionalRoute(req) && !isBoomRoute(req), onError: (e) => { if (process.env.DEBUG_FENCE) console.error("FENCE-ERR", e); } });
   await fence.ensureTable(db.pool);
   // node:http begins with the guard (guard.begin: BEGIN and the check together); Express and Fastify check in a transaction begun by hand.
   const apply = async (guard: { check(tx: Tx): Promise<void>; begin(tx: Tx): Promise<void>; token: { term: number } }, id: number, value: string): Promise<{ id: number; term: number }> => {

@@ -7,7 +7,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
+import { openTestSqlite } from '../fixtures/sqlite-compat.js';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -116,7 +117,7 @@ const dialects: Record<string, () => Promise<LedgerHarness>> = {
   },
   sqlite: async () => {
     const dir = mkdtempSync(join(tmpdir(), 'tenure-msg-'));
-    const db = new Database(join(dir, 'app.db'));
+    const db = openTestSqlite(join(dir, 'app.db'));
     db.exec('CREATE TABLE applied (id INTEGER PRIMARY KEY, payload TEXT)');
     const ledger = sqlMessageLedger(sqliteDialect, db);
     await ledger.createTable();

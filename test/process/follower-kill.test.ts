@@ -9,7 +9,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import { openTestSqlite } from '../fixtures/sqlite-compat.js';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -41,7 +41,7 @@ interface Setup {
 
 function sqliteRows(projection: string): () => Promise<number[]> {
   return async () => {
-    const db = new Database(projection, { readonly: true });
+    const db = openTestSqlite(projection, { readonly: true });
     try {
       return (db.prepare('SELECT seq FROM applied ORDER BY rowid').all() as { seq: number }[]).map((r) => r.seq);
     } finally {
@@ -77,7 +77,7 @@ const setups: Record<'sqlite' | 'postgres' | 'mysql' | 'redis', () => Promise<Se
       storeUrl: `sqlite:${join(dir, 'log.db')}`,
       projection,
       rows: async () => {
-        const db = new Database(projection, { readonly: true });
+        const db = openTestSqlite(projection, { readonly: true });
         try {
           return (db.prepare('SELECT seq FROM applied ORDER BY rowid').all() as { seq: number }[]).map((r) => r.seq);
         } finally {

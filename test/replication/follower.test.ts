@@ -6,7 +6,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
+import { openTestSqlite } from '../fixtures/sqlite-compat.js';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -39,7 +40,7 @@ interface Projection<Tx> {
 async function sqliteProjection(): Promise<Projection<Database.Database>> {
   const path = join(tempDir(), 'projection.db');
   const open = (): Database.Database => {
-    const db = new Database(path);
+    const db = openTestSqlite(path);
     db.pragma('journal_mode = WAL');
     db.pragma('busy_timeout = 5000');
     cleanups.push(() => {
@@ -287,7 +288,7 @@ describe('bad entries', () => {
     const proj = await sqliteProjection();
     const token = await lead(store, 'g', 'leader-1');
     await appendMany(store, token, 's', 1, 6);
-    const raw = new Database(join(dir, 'log.db'));
+    const raw = openTestSqlite(join(dir, 'log.db'));
     raw.pragma('busy_timeout = 5000');
     raw.prepare("UPDATE tenure_streams SET term = 'garbage' WHERE stream = 's' AND seq = 4").run();
     raw.close();
@@ -376,12 +377,12 @@ describe('bad entries', () => {
   it('refuses bad options with the field named', () => {
     const store = new SqliteStore({ path: join(tempDir(), 'log.db') });
     cleanups.push(() => store.close());
-    const sink = sqliteSink(new Database(':memory:'));
+    const sink = sqliteSink(openTestSqlite(':memory:'));
     expect(() => new Follower({ store, stream: '', sink, apply: () => {} })).toThrow(/stream: must not be empty/);
     expect(() => new Follower({ store, stream: 's', sink })).toThrow(/apply: give exactly one of apply/);
     expect(() => new Follower({ store, stream: 's', sink, apply: () => {}, applyBatch: () => {} })).toThrow(/exactly one/);
     expect(() => new Follower({ store, stream: 's', sink, apply: () => {}, batchSize: 0 })).toThrow(/batchSize: expected a whole number in \[1, 10000\]/);
     expect(() => new Follower({ store, stream: 's', sink, apply: () => {}, pollMs: 0 })).toThrow(/pollMs/);
-    expect(() => sqliteSink(new Database(':memory:'), { table: 'x; drop' })).toThrow(/table: expected an identifier/);
+    expect(() => sqliteSink(openTestSqlite(':memory:'), { table: 'x; drop' })).toThrow(/table: expected an identifier/);
   });
 });

@@ -5,6 +5,7 @@
  * the caller's: nothing here imports one, the handles are described by the few calls made on them.
  */
 import { createHash } from 'node:crypto';
+import { StoreDataError } from '../core/index.js';
 import type { CheckedRowValue } from './rows.js';
 
 /** A database error `fencedUpdate` explains: a column or a table the statement named is missing. */
@@ -205,6 +206,22 @@ export interface SqliteDatabase {
  * SQLite through `better-sqlite3` or `node:sqlite`. SQLite has no boolean or date type: a boolean
  * is bound as 1 or 0 and a Date as its ISO 8601 text (what SQLite's date functions read).
  */
+
+/**
+ * Rows read from SQLite. node:sqlite throws a RangeError on an integer past 2^53 - 1 (a term or
+ * version written by hand or by another program): that is bad data, a StoreDataError, as every
+ * other store reports it, on every read the fencing helpers make (fenced rows, epochs, the HTTP
+ * and message ledgers).
+ */
+function sqliteRows(read: () => Record<string, unknown>[]): Record<string, unknown>[] {
+  try {
+    return read();
+  } catch (err) {
+    if (err instanceof RangeError) throw new StoreDataError(`sqlite: a value tenure cannot read exactly: ${err.message} (an integer past 2^53 - 1, written by hand or by another program?)`);
+    throw err;
+  }
+}
+
 export const sqliteDialect: SqlDialect<SqliteDatabase> = {
   name: 'sqlite',
   identifierMax: 128,
@@ -220,7 +237,7 @@ export const sqliteDialect: SqlDialect<SqliteDatabase> = {
   leaseRead: (column) => column ?? 'NULL',
   bind: (v) => (typeof v === 'boolean' ? (v ? 1 : 0) : v instanceof Date ? v.toISOString() : v),
   update: async (db, sql, values) => Number(db.prepare(sql).run(...values).changes),
-  select: async (db, sql, values) => db.prepare(sql).all(...values) as Record<string, unknown>[],
+  select: async (db, sql, values) => sqliteRows(() => db.prepare(sql).all(...values) as Record<string, unknown>[]),
   missing: (err) => {
     const { message } = errorFields(err);
     return matched('column', /no such column: (\S+)/, message) ?? matched('table', /no such table: (\S+)/, message);
@@ -244,6 +261,6 @@ export const sqliteDialect: SqlDialect<SqliteDatabase> = {
   beginThenSelect: async (db, sql) => {
     db.prepare('BEGIN IMMEDIATE').run();
     const values: (string | number)[] = [];
-    return db.prepare(sql((v) => (values.push(v), '?'))).all(...values) as Record<string, unknown>[];
+    return sqliteRows(() => db.prepare(sql((v) => (values.push(v), '?'))).all(...values) as Record<string, unknown>[]);
   },
 };

@@ -174,10 +174,7 @@ function sqlEpochs<Db>(options: SqlEpochOptions<Db>): EpochStore {
     current: async (group) => {
       const name = epochLease(group);
       await ensure();
-      // SQLite: read as text, as the store reads its terms: node:sqlite throws a RangeError on an
-      // integer past 2^53 - 1 where a StoreDataError (a row written by hand) belongs.
-      const term = d.name === 'sqlite' ? 'CAST(term AS TEXT) AS term' : 'term';
-      const rows = await d.select(db, `SELECT ${term} FROM ${table} WHERE name = ${d.lease(d.placeholder(1))}`, [name]);
+      const rows = await d.select(db, `SELECT term FROM ${table} WHERE name = ${d.lease(d.placeholder(1))}`, [name]);
       return rows.length === 0 ? 0 : epochOf(d.name, name, rows[0]!.term);
     },
   };

@@ -241,7 +241,7 @@ export const frameworks: Framework[] = ['node:http', 'express', 'fastify'];
  * /health` is unfenced (no token required), `PUT /optional/:id` takes a token if one comes.
  */
 export async function startService<Tx>(framework: Framework, db: Db<Tx>, group: string): Promise<Service> {
-  const fence = httpFence<Tx>({ dialect: db.dialect, group, required: (req) => !isOptionalRoute(req) && !isBoomRoute(req), onError: (e) => { if (process.env.DEBUG_FENCE) console.error("FENCE-ERR", e); } });
+  const fence = httpFence<Tx>({ dialect: db.dialect, group, required: (req) => !isOptionalRoute(req) && !isBoomRoute(req), onError: () => {} });
   await fence.ensureTable(db.pool);
   // node:http begins with the guard (guard.begin: BEGIN and the check together); Express and Fastify check in a transaction begun by hand.
   const apply = async (guard: { check(tx: Tx): Promise<void>; begin(tx: Tx): Promise<void>; token: { term: number } }, id: number, value: string): Promise<{ id: number; term: number }> => {

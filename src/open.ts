@@ -2,7 +2,7 @@
  * openStore: a Store from a URL (`memory:`, `sqlite:PATH`, ...) or options, with `lock()` added.
  * Drivers are loaded only when their store is used.
  */
-import { InvalidArgumentError, StaleTermError, redactUrl } from './core/index.js';
+import { InvalidArgumentError, StaleTermError, redactUrl, reportFencedWrite } from './core/index.js';
 import { TypedEmitter } from './core/index.js';
 import type { AcquireResult, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewManyItem, RenewResult, Store, StreamEntry, Unsubscribe, WatchListener } from './core/index.js';
 import { Lock } from './locks/index.js';
@@ -83,10 +83,16 @@ export class TenureStore extends TypedEmitter<TenureStoreEvents> implements Stor
     return this.backend.list(prefix);
   }
   async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+    const start = performance.now();
+    const lease = typeof token?.lease === 'string' ? token.lease : '';
     try {
-      return await this.backend.appendFenced(token, stream, payload);
+      const seq = await this.backend.appendFenced(token, stream, payload);
+      reportFencedWrite({ path: 'stream', lease, ms: performance.now() - start, outcome: 'ok' });
+      return seq;
     } catch (err) {
-      if (err instanceof StaleTermError) this.emit('fenced-rejected', { error: err, stream });
+      const stale = err instanceof StaleTermError;
+      reportFencedWrite({ path: 'stream', lease, ms: performance.now() - start, outcome: stale ? 'stale' : 'error' });
+      if (stale) this.emit('fenced-rejected', { error: err, stream });
       throw err;
     }
   }

@@ -75,6 +75,12 @@ export function refuse(error: StaleTermError, path: FencedPath, side: 'guard' | 
   return reportStale(error, { path, side });
 }
 
+/** The lease of a token for a metric label, before the token is checked (anything else: ''). */
+export function leaseLabel(token: unknown): string {
+  const lease = (token as { lease?: unknown } | null | undefined)?.lease;
+  return typeof lease === 'string' ? lease : '';
+}
+
 /** Time a fenced write and report its latency and outcome (histogram tenure_fenced_write_seconds). */
 export async function timeFencedWrite<T>(path: FencedPath, lease: string, write: () => Promise<T>): Promise<T> {
   const start = performance.now();

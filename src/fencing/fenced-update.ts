@@ -12,6 +12,7 @@ import type { FencingToken } from '../core/index.js';
 import type { SqlDialect } from './dialects.js';
 import { checkRowValues, checkSetColumns, checkTermCheck, rowRefusal, termOf } from './rows.js';
 import type { RowFence, RowValue } from './rows.js';
+import { leaseLabel, timeFencedWrite } from './context.js';
 
 export interface FencedUpdate {
   /** The table, `accounts` or `schema.accounts` (identifiers only, never user data). */
@@ -57,7 +58,12 @@ export interface FencedUpdateResult {
  * Client, mysqlDialect with a mysql2/promise Pool or Connection, sqliteDialect with a
  * better-sqlite3 or node:sqlite database), also inside the caller's own transaction.
  */
-export async function fencedUpdate<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, update: FencedUpdate): Promise<FencedUpdateResult> {
+export function fencedUpdate<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, update: FencedUpdate): Promise<FencedUpdateResult> {
+  // Timed for tenure_fenced_write_seconds{path="sql"}; the token is checked inside.
+  return timeFencedWrite('sql', leaseLabel(token), () => fencedUpdateOnce(dialect, db, token, update));
+}
+
+async function fencedUpdateOnce<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, update: FencedUpdate): Promise<FencedUpdateResult> {
   if (typeof dialect !== 'object' || dialect === null || typeof dialect.update !== 'function') {
     throw new InvalidArgumentError('dialect', 'expected postgresDialect, mysqlDialect or sqliteDialect from tenure/fencing: fencedUpdate(dialect, db, token, update)');
   }

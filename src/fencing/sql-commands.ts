@@ -17,7 +17,7 @@
  */
 import { InvalidArgumentError, StaleTermError, checkName, checkSqlIdentifier, checkToken } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
-import { refuse } from './context.js';
+import { leaseLabel, refuse, timeFencedWrite } from './context.js';
 import type { SqlDialect } from './dialects.js';
 import { checkRowValues, checkSetColumns, checkTermCheck, termOf } from './rows.js';
 import type { CheckedRowValue, RowValue } from './rows.js';
@@ -175,7 +175,12 @@ export interface FencedInsertResult {
  * fencedCompareAndSet). A term never issued writes nothing (InvalidArgumentError). A duplicate
  * key is the driver's own error, as for any INSERT.
  */
-export async function fencedInsert<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, insert: FencedInsert): Promise<FencedInsertResult> {
+export function fencedInsert<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, insert: FencedInsert): Promise<FencedInsertResult> {
+  // Timed for tenure_fenced_write_seconds{path="sql"}; the token is checked inside.
+  return timeFencedWrite('sql', leaseLabel(token), () => fencedInsertOnce(dialect, db, token, insert));
+}
+
+async function fencedInsertOnce<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, insert: FencedInsert): Promise<FencedInsertResult> {
   checkDialect('fencedInsert', dialect, db);
   checkToken('token', token);
   if (typeof insert !== 'object' || insert === null) throw new InvalidArgumentError('insert', 'expected { table, values }');
@@ -237,7 +242,12 @@ export type CompareAndSetResult =
  * elector or lock holding this token steps down), its version moved (`conflict`), or no such row
  * (`missing`). The term is checked first: a zombie learns it is one even when the version moved.
  */
-export async function fencedCompareAndSet<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, cas: FencedCompareAndSet): Promise<CompareAndSetResult> {
+export function fencedCompareAndSet<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, cas: FencedCompareAndSet): Promise<CompareAndSetResult> {
+  // Timed for tenure_fenced_write_seconds{path="sql"}; the token is checked inside.
+  return timeFencedWrite('sql', leaseLabel(token), () => fencedCompareAndSetOnce(dialect, db, token, cas));
+}
+
+async function fencedCompareAndSetOnce<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, cas: FencedCompareAndSet): Promise<CompareAndSetResult> {
   checkDialect('fencedCompareAndSet', dialect, db);
   checkToken('token', token);
   if (typeof cas !== 'object' || cas === null) throw new InvalidArgumentError('cas', 'expected { table, where, set, expectedVersion }');

@@ -8,7 +8,9 @@ import { describe, expect, it } from 'vitest';
 import { NoTokenError, StaleTermError } from '../../src/core/index.js';
 import type { FencingToken } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
-import { currentToken, fencedUpdate, postgresDialect, refuse, requireFence, runFenced } from '../../src/fencing/index.js';
+import { currentToken, fencedUpdate, onFencedWrite, postgresDialect, refuse, requireFence, runFenced } from '../../src/fencing/index.js';
+import type { FencedWrite } from '../../src/fencing/index.js';
+import { openStore } from '../../src/open.js';
 import { Lock } from '../../src/locks/index.js';
 import { MemoryStore } from '../../src/stores/memory/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
@@ -138,6 +140,8 @@ describe('a stale rejection stops the writer', () => {
       await pool.query("INSERT INTO acct VALUES (1, 10, 2, 'pay')");
       const elector = new LeaderElector({ store, group: 'pay', ...fast });
       const deposed = deposedOnce(elector);
+      const writes: FencedWrite[] = [];
+      const stopHearing = onFencedWrite((w) => writes.push(w));
       const outcome = new Promise<{ error: unknown; abortedAfter: boolean }>((resolve) => {
         void elector.runWhileLeader(async ({ signal }) => {
           try {
@@ -152,6 +156,10 @@ describe('a stale rejection stops the writer', () => {
       expect(error).toBeInstanceOf(StaleTermError);
       expect(abortedAfter).toBe(true);
       expect(await deposed).toEqual({ term: 1, reason: 'fenced' });
+      stopHearing();
+      // Its latency went to the fenced-write histogram as a stale SQL write.
+      expect(writes.map(({ path, lease, outcome }) => ({ path, lease, outcome }))).toEqual([{ path: 'sql', lease: 'pay', outcome: 'stale' }]);
+      expect(writes[0]!.ms).toBeGreaterThan(0);
       expect((await pool.query('SELECT balance, last_fence_token FROM acct')).rows).toEqual([{ balance: 10, last_fence_token: '2' }]);
       await elector.stop();
     } finally {
@@ -159,5 +167,27 @@ describe('a stale rejection stops the writer', () => {
       await pool.end();
       await db.drop();
     }
+  });
+});
+
+describe('fenced-write latency', () => {
+  it('every appendFenced through an opened store is timed with its outcome (path stream)', async () => {
+    const store = await openStore('memory:');
+    const writes: FencedWrite[] = [];
+    const stop = onFencedWrite((w) => writes.push(w));
+    try {
+      await store.acquire('s', 'a', 5000);
+      await store.release('s', 'a', 1);
+      await store.acquire('s', 'b', 5000);
+      await store.appendFenced({ lease: 's', term: 2 }, 'log', 'x');
+      await expect(store.appendFenced({ lease: 's', term: 1 }, 'log', 'y')).rejects.toBeInstanceOf(StaleTermError);
+    } finally {
+      stop();
+      await store.close();
+    }
+    expect(writes.map(({ path, lease, outcome }) => ({ path, lease, outcome }))).toEqual([
+      { path: 'stream', lease: 's', outcome: 'ok' },
+      { path: 'stream', lease: 's', outcome: 'stale' },
+    ]);
   });
 });

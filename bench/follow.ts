@@ -3,9 +3,16 @@
  *
  * - Latency: the leader appends one entry; the sample is the time from just before the append to
  *   the follower's commit of that entry (projection row and offset in one transaction). The
- *   leader and the follower are two store objects (two connections) in this process; the
- *   follower polls every POLL_MS (the Store interface has no push for streams). Between samples
- *   the leader waits a random 5..25 ms, so each append finds the follower idle, mid-poll.
+ *   leader and the follower are two store objects (two connections) in this process. Where the
+ *   store pushes (`watchStream`: PostgreSQL NOTIFY, Redis PUBLISH, an etcd watch, SQLite's
+ *   in-process tell) the follower wakes on the push, and keeps its poll every POLL_MS as the
+ *   fallback (MySQL has no push: the poll alone). PostgreSQL is also measured with push off (the
+ *   poll alone, as before push existed), side by side in the same run. Between samples the
+ *   leader waits a random 5..25 ms, so each append finds the follower idle.
+ * - Lag: a follower that has applied nothing measures its lag (`measureLag()`: the store's time
+ *   minus the oldest unapplied entry's append time, both on the store's clock) LAG_WAIT_MS after
+ *   the leader's append returned; the metric is that lag minus the leader's own monotonic
+ *   measure of the same interval (0 is exact; a round trip or so is expected).
  *   Projections: PostgreSQL and MySQL in their own database, the others in a SQLite file.
  * - Catch-up: a log of 100,000 entries, then one follower applies them all, batches of 1,000,
  *   with applyBatch (one multi-row INSERT per batch) and with apply (one INSERT per entry); the
@@ -15,6 +22,7 @@
  *   minutes and measure the leader, not the follower).
  *
  *   npm run bench -- follow        (--cycles N latency samples per store, default 20; at least 50 are taken)
+ *   FOLLOW_LATENCY_ONLY=1 npm run bench -- follow     (latency and lag only, no catch-up runs)
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,6 +37,8 @@ import { metric } from './lib/stats.js';
 import type { BenchOptions, BenchResult, Benchmark, Goal, Metric } from './lib/types.js';
 
 const POLL_MS = 2;
+const LAG_WAIT_MS = 100;
+const LAG_SAMPLES = 5;
 const CATCHUP_ENTRIES = 100_000;
 const CATCHUP_BATCH = 1000;
 const WAIT_MS = 30_000;
@@ -228,7 +238,41 @@ async function commitFloor(url: string): Promise<number[]> {
   }
 }
 
-async function measureLatency(target: Target, samples: number, log: (l: string) => void, floor?: number[]): Promise<number[]> {
+/**
+ * The lag a follower reports in ms (store clock) minus the leader's monotonic measure of the
+ * entry's age, per sample; null where the store has no readable clock (etcd).
+ */
+async function measureLagError(target: Target, log: (l: string) => void): Promise<number[] | null> {
+  const env = await target.open();
+  const leader = await openStore(env.storeUrl);
+  const followerStore = await openStore(env.storeUrl);
+  const proj = await env.projection();
+  try {
+    if (!followerStore.streamHead) return null;
+    const token = await leaderToken(leader);
+    const out: number[] = [];
+    for (let i = 0; i < LAG_SAMPLES; i++) {
+      const stream = `lag-${i}`;
+      const t0 = performance.now();
+      await leader.appendFenced(token, stream, 'probe');
+      await sleep(LAG_WAIT_MS);
+      const follower = new Follower({ store: followerStore, stream, sink: proj.sink, apply: () => {}, lagEveryMs: 0 });
+      const lag = await follower.measureLag();
+      const local = performance.now() - t0;
+      if (lag.ms === null || lag.entries !== 1) throw new Error(`${target.name}: lag not measured (${JSON.stringify(lag)})`);
+      out.push(lag.ms - local);
+    }
+    log(`${target.name}: lag in ms on the store's clock minus the leader's measure: ${out.map((x) => x.toFixed(1)).join(', ')}`);
+    return out;
+  } finally {
+    await proj.close();
+    await followerStore.close();
+    await leader.close();
+    await env.cleanup();
+  }
+}
+
+async function measureLatency(target: Target, samples: number, log: (l: string) => void, floor?: number[], push = true): Promise<number[]> {
   const env = await target.open();
   const leader = await openStore(env.storeUrl);
   const followerStore = await openStore(env.storeUrl);
@@ -237,7 +281,16 @@ async function measureLatency(target: Target, samples: number, log: (l: string) 
     const token = await leaderToken(leader);
     if (floor) floor.push(...(await commitFloor(env.storeUrl)));
     const committed = new Map<number, number>();
-    const follower = new Follower({ store: followerStore, stream: 's', sink: proj.sink, apply: (e, tx) => proj.insertOne(tx, e), pollMs: POLL_MS, batchSize: 100 });
+    const pushed = push && followerStore.watchStream !== undefined;
+    const follower = new Follower({
+      store: followerStore,
+      stream: 's',
+      sink: proj.sink,
+      apply: (e, tx) => proj.insertOne(tx, e),
+      pollMs: POLL_MS,
+      push,
+      batchSize: 100,
+    });
     follower.on('applied', (b) => committed.set(b.to, performance.now()));
     const running = follower.start();
     const out: number[] = [];
@@ -255,7 +308,7 @@ async function measureLatency(target: Target, samples: number, log: (l: string) 
     }
     await follower.stop();
     await running;
-    log(`${target.name}: append -> applied p50 ${[...out].sort((a, b) => a - b)[Math.floor(out.length / 2)]!.toFixed(2)} ms`);
+    log(`${target.name}${pushed ? ` (push + poll every ${POLL_MS} ms)` : ` (poll every ${POLL_MS} ms)`}: append -> applied p50 ${[...out].sort((a, b) => a - b)[Math.floor(out.length / 2)]!.toFixed(2)} ms`);
     return out;
   } finally {
     await proj.close();
@@ -335,7 +388,8 @@ async function measureCatchup(target: Target, log: (l: string) => void): Promise
 }
 
 const DESCRIPTION =
-  `Model B: append on the leader -> committed by a follower (projection row and offset in one transaction; follower polls every ${POLL_MS} ms), ` +
+  `Model B: append on the leader -> committed by a follower (projection row and offset in one transaction; the follower wakes on the store's push, ` +
+  `with its poll every ${POLL_MS} ms kept as the fallback; MySQL has no push), its lag in ms on the store's clock, ` +
   `and one follower catching up ${CATCHUP_ENTRIES.toLocaleString('en')} entries in batches of ${CATCHUP_BATCH} against the same inserts without replication.`;
 
 export function followBenchmark(): Benchmark {
@@ -348,7 +402,7 @@ export function followBenchmark(): Benchmark {
       const samples = Math.max(50, cycles);
       const metrics: Metric[] = [];
       const notes: string[] = [
-        'Stream entries carry no append time, so lag in ms is measured here by the leader (same process, one monotonic clock), not by the follower.',
+        "Latency is measured by the leader (one process, one monotonic clock); the follower's own lag in ms (store clock) is checked against it in lag-* metrics.",
         'In the catch-up runs the projection tables are not emptied between modes: each mode uses its own follower name (its own offset) and appends 100,000 more rows.',
       ];
       for (const target of TARGETS) {
@@ -356,10 +410,18 @@ export function followBenchmark(): Benchmark {
         const lat = await measureLatency(target, samples, log, target.name === 'postgres' ? floor : undefined);
         metrics.push(metric(`latency-${target.name}`, `${target.name}: append sent -> follower committed, ms`, lat, target.goal));
         if (floor.length > 0) {
-          metrics.push(metric(`commit-${target.name}`, `${target.name}: one durable single-row INSERT (autocommit) on the same server, ms; append -> applied is two such commits plus a poll`, floor));
+          metrics.push(metric(`commit-${target.name}`, `${target.name}: one durable single-row INSERT (autocommit) on the same server, ms; append -> applied is two such commits plus a read`, floor));
+        }
+        if (target.name === 'postgres') {
+          const polled = await measureLatency(target, samples, log, undefined, false);
+          metrics.push(metric(`latency-${target.name}-poll`, `${target.name}: the same with push off (the poll every ${POLL_MS} ms alone, as before push), ms`, polled));
+        }
+        const lagError = await measureLagError(target, log);
+        if (lagError) {
+          metrics.push(metric(`lag-${target.name}`, `${target.name}: follower's lag in ms (store clock) minus the leader's monotonic measure, ${LAG_WAIT_MS} ms after the append`, lagError));
         }
       }
-      for (const target of TARGETS.filter((t) => t.catchup)) {
+      for (const target of TARGETS.filter((t) => t.catchup && process.env.FOLLOW_LATENCY_ONLY !== '1')) {
         const c = await measureCatchup(target, log);
         metrics.push(metric(`catchup-${target.name}`, `${target.name}: entries/s applied catching up (applyBatch, multi-row INSERT per batch)`, c.batched, CATCHUP_GOAL, 'ops/s'));
         metrics.push(metric(`catchup-${target.name}-per-entry`, `${target.name}: entries/s applied catching up (apply, one INSERT per entry)`, [c.perEntry], undefined, 'ops/s'));

@@ -11,15 +11,24 @@
  * To add a benchmark (another store, Raft), add one entry to BENCHMARKS.
  */
 import { raftBenchmark } from './raft.js';
+import { walBenchmark } from './wal.js';
+import { raftTransportBenchmark } from './raft-transport.js';
+import { raftNodeBenchmark } from './raft-node.js';
+import { raftStoreBenchmark } from './raft-store.js';
+import { raftClusterBenchmark, raftRestartBenchmark } from './raft-cluster.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { repoRoot } from '../test/fixtures/harness.js';
 import { electionBenchmark } from './election.js';
 import { followBenchmark } from './follow.js';
+import { workBenchmark } from './work.js';
+import { brokerBenchmark } from './broker.js';
 import { fencedHttpBenchmark } from './fenced-http.js';
 import { etcdBenchmarks } from './etcd.js';
+import { zookeeperBenchmarks } from './zookeeper.js';
 import { fencedNatsBenchmark } from './fenced-nats.js';
+import { fencedContextBenchmark } from './fenced-context.js';
 import { environment, finish, markdown, textTable, timestamp, writeJson } from './lib/report.js';
 import { freshMysql, freshPostgres, freshRedis, stopServers } from './lib/servers.js';
 import type { BenchResult, Benchmark } from './lib/types.js';
@@ -45,7 +54,7 @@ const BENCHMARKS: readonly Benchmark[] = [
   sqliteWritersBenchmark(),
   // Issue 12: crash failover to the new leader's first fenced write. MySQL has no push: no handoff goal.
   electionBenchmark({ name: 'postgres-election', target: 'postgres', ttlMs: TTL_MS, nodes: 3, prepare: freshPostgres, firstWrite: true, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
-  electionBenchmark({ name: 'mysql-election', target: 'mysql', ttlMs: TTL_MS, nodes: 3, prepare: freshMysql, firstWrite: true, handoffGoal: null, crashGoal: CRASH_30 }),
+  electionBenchmark({ name: 'mysql-election', target: 'mysql', ttlMs: TTL_MS, nodes: 3, prepare: freshMysql, firstWrite: true, handoffGoal: PUSH_10, crashGoal: CRASH_30 }),
   ...sqlBenchmarks,
   // Issue 22: fenced row update vs plain UPDATE.
   ...fencedSqlBenchmarks,
@@ -56,12 +65,30 @@ const BENCHMARKS: readonly Benchmark[] = [
   redisLocksBenchmark(),
   // Issue 14: tenure, the etcd3 package's Election and etcdctl elect on one private etcd.
   ...etcdBenchmarks,
+  // Issue 27: the ZooKeeper store.
+  ...zookeeperBenchmarks,
   // Issue 10: the Raft core alone.
   raftBenchmark(),
+  // Issue 24: the Raft write-ahead log on this disk (save latency with fdatasync, group commit, open of 1 GiB).
+  walBenchmark(),
+  // Issue 24: the Raft transport on loopback (round trip, message rate, snapshot chunks).
+  raftTransportBenchmark(),
+  raftNodeBenchmark(),
+  // Issue 24: the embedded Raft store (openRaftStore), three nodes in one process.
+  raftStoreBenchmark(),
+  // Issue 24: the Raft store as three processes beside a three-member etcd, interleaved rounds.
+  raftClusterBenchmark(),
+  raftRestartBenchmark(),
   // Issue 23: Model B, a follower tailing the leader's fenced stream (latency and catch-up).
   followBenchmark(),
+  // Issue 23: the leader directs work.
+  workBenchmark(),
+  // Issue 23: Model C (broker: NATS JetStream, RabbitMQ streams) vs Model B on the same work.
+  brokerBenchmark(),
   // Issue 22: fenced NATS publish + consume vs plain.
   fencedNatsBenchmark(),
+  // Issue 22: the token context (runFenced, AsyncLocalStorage) on this Node.
+  fencedContextBenchmark(),
 ];
 
 interface Args {

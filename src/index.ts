@@ -11,8 +11,12 @@ export { fencedUpdate, postgresDialect, mysqlDialect, sqliteDialect, formatToken
 export type { FencedUpdate, FencedUpdateResult, SqlDialect, RowValue, FenceScope } from './fencing/index.js';
 export { fencedFetch, fencingHeaders, httpFence } from './fencing/index.js';
 export type { HttpFence, HttpFenceOptions, HttpFenceGuard } from './fencing/index.js';
-export { collectMetrics } from './observe/index.js';
-export type { MetricsOptions } from './observe/index.js';
+export { collectMetrics, healthHandler, healthReport, lockHealth, metricsHandler, dashboardHandler, DashboardSource } from './observe/index.js';
+export type { GroupHealth, HealthHandlerOptions, HealthReport, HealthSubject, HttpHandler, LockHealth, LagSource, MetricSources, MetricsOptions, DashboardHandler, DashboardOptions, DashboardSnapshot, DashboardSourceOptions, DashboardUpdate, FollowerView, GroupView, StoreStatus } from './observe/index.js';
 export type { TenureStoreEvents } from './open.js';
-export { Follower, ApplyError, OffsetMismatchError, sqliteSink, postgresSink, mysqlSink } from './replication/index.js';
-export type { ApplyBatchFn, ApplyFn, FollowerEvents, FollowerLag, FollowerOptions, FollowerSink, SinkOptions } from './replication/index.js';
+export { Follower, ApplyError, OffsetMismatchError, InvalidMessageError, BrokerFollower, StateCell, sqliteSink, postgresSink, mysqlSink, LagAdvert, LAG_UNKNOWN_MS, ReadRouter, followerLeasePrefix } from './replication/index.js';
+export type { ApplyBatchFn, ApplyFn, FollowerEvents, FollowerLag, FollowerOptions, FollowerSink, SinkOptions, BrokerDecision, BrokerFollowerOptions, PartitionMark, PartitionSink } from './replication/index.js';
+export type { FollowerAdvert, LagAdvertOptions, LagAdvertEvents, ReadRouterOptions, RouteOptions, ReadTarget, FollowerTarget, LeaderTarget, RoutedRead, ReadFn } from './replication/index.js';
+export type { CellFollowOptions, CellSubscribeOptions, CellUpdateOptions, CellVersion, CellWriteOptions, StateCellOptions } from './replication/index.js';
+export { WorkCoordinator, Worker, WorkFailedError, WORK_DEFAULTS, WORK_LIMITS } from './replication/index.js';
+export type { ItemResult, RunOptions, WorkContext, WorkCoordinatorEvents, WorkCoordinatorOptions, WorkerEvents, WorkerOptions, WorkHandler, WorkItem, WorkReport } from './replication/index.js';

@@ -2,11 +2,11 @@
  * openStore: a Store from a URL (`memory:`, `sqlite:PATH`, ...) or options, with `lock()` added.
  * Drivers are loaded only when their store is used.
  */
-import { InvalidArgumentError, StaleTermError, redactUrl, reportFencedWrite } from './core/index.js';
+import { InvalidArgumentError, StaleTermError, VersionConflictError, redactUrl, reportFencedWrite } from './core/index.js';
 import { TypedEmitter } from './core/index.js';
-import type { AcquireResult, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewManyItem, RenewResult, Store, StreamEntry, Unsubscribe, WatchListener } from './core/index.js';
-import { Lock } from './locks/index.js';
-import type { LockOptions } from './locks/index.js';
+import type { AcquireResult, AppendFencedOptions, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewManyItem, RenewResult, Store, StreamEntry, StreamHead, Unsubscribe, WatchListener } from './core/index.js';
+import { Lock, ReadWriteLock, Semaphore } from './locks/index.js';
+import type { LockOptions, ReadWriteLockOptions, SemaphoreOptions } from './locks/index.js';
 import { availableSchemes, backendForKind, backendForScheme, notStores } from './stores/registry.js';
 import type { StoreOptions } from './stores/registry.js';
 
@@ -50,12 +50,25 @@ export class TenureStore extends TypedEmitter<TenureStoreEvents> implements Stor
   readonly watch?: (name: string, listener: WatchListener) => Unsubscribe;
   /** Batched renewal in one round trip, where the backend has it (not etcd); LeaseSet uses it. */
   readonly renewMany?: (owner: string, leases: readonly RenewManyItem[], ttlMs: number) => Promise<RenewResult[]>;
+  readonly withdraw?: (name: string, owner: string) => Promise<void>;
+  /** The stream's last entry in one read, where the backend has it (every built-in store). */
+  readonly readLast?: (stream: string) => Promise<StreamEntry | null>;
+  /** Push of a stream's new head after appends, where the backend has it (not MySQL); Follower uses it. */
+  readonly watchStream?: (stream: string, listener: (head: number) => void) => Unsubscribe;
+  /** A stream's head and the store's time, where the backend has a readable clock (not etcd). */
+  readonly streamHead?: (stream: string) => Promise<StreamHead>;
+  readonly purge?: (prefix: string) => Promise<number>;
 
   constructor(backend: Store) {
     super();
     this.backend = backend;
     if (backend.watch) this.watch = (name, listener) => backend.watch!(name, listener);
     if (backend.renewMany) this.renewMany = (owner, leases, ttlMs) => backend.renewMany!(owner, leases, ttlMs);
+    if (backend.withdraw) this.withdraw = (name, owner) => backend.withdraw!(name, owner);
+    if (backend.readLast) this.readLast = (stream) => backend.readLast!(stream);
+    if (backend.watchStream) this.watchStream = (stream, listener) => backend.watchStream!(stream, listener);
+    if (backend.streamHead) this.streamHead = (stream) => backend.streamHead!(stream);
+    if (backend.purge) this.purge = (prefix) => backend.purge!(prefix);
   }
 
   get kind(): string {
@@ -65,6 +78,16 @@ export class TenureStore extends TypedEmitter<TenureStoreEvents> implements Stor
   /** A lock on `name`: `await store.lock('nightly').acquire({ waitMs: 5000 })`. */
   lock(name: string, options?: LockOptions): Lock {
     return new Lock(this, name, options);
+  }
+
+  /** A counting semaphore on `name`: `await store.semaphore('exports', { permits: 3 }).acquire()`. */
+  semaphore(name: string, options: SemaphoreOptions): Semaphore {
+    return new Semaphore(this, name, options);
+  }
+
+  /** A read/write lock on `name`: `await store.readWriteLock('catalog').read.acquire()`. */
+  readWriteLock(name: string, options?: ReadWriteLockOptions): ReadWriteLock {
+    return new ReadWriteLock(this, name, options);
   }
 
   acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
@@ -82,16 +105,17 @@ export class TenureStore extends TypedEmitter<TenureStoreEvents> implements Stor
   list(prefix?: string): Promise<Lease[]> {
     return this.backend.list(prefix);
   }
-  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+  async appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {
     const start = performance.now();
     const lease = typeof token?.lease === 'string' ? token.lease : '';
     try {
-      const seq = await this.backend.appendFenced(token, stream, payload);
+      const seq = await (options === undefined ? this.backend.appendFenced(token, stream, payload) : this.backend.appendFenced(token, stream, payload, options));
       reportFencedWrite({ path: 'stream', lease, ms: performance.now() - start, outcome: 'ok' });
       return seq;
     } catch (err) {
       const stale = err instanceof StaleTermError;
-      reportFencedWrite({ path: 'stream', lease, ms: performance.now() - start, outcome: stale ? 'stale' : 'error' });
+      const outcome = stale ? 'stale' : err instanceof VersionConflictError ? 'conflict' : 'error';
+      reportFencedWrite({ path: 'stream', lease, ms: performance.now() - start, outcome });
       if (stale) this.emit('fenced-rejected', { error: err, stream });
       throw err;
     }

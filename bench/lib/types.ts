@@ -11,7 +11,7 @@ export interface BenchOptions {
 }
 
 /** What a metric's samples are: latencies in ms, rates in operations per second, or ratios. */
-export type Unit = 'ms' | 'ops/s' | 'x' | 'count';
+export type Unit = 'ms' | 'ops/s' | 'MB/s' | 'x' | 'count';
 
 /**
  * A target a metric is reported against, e.g. handoff p50 <= 60 ms (`max`), or a throughput

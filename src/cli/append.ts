@@ -4,7 +4,7 @@
  */
 import { checkName } from '../core/index.js';
 import { parseToken } from '../fencing/index.js';
-import { parseCommand, renderHelp, stringOption } from './args.js';
+import { integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
 import type { CliIO } from './output.js';
 import { ONE_SHOT_BUSY_TIMEOUT_MS } from './status.js';
@@ -13,17 +13,22 @@ import { UsageError } from './args.js';
 
 export const appendSpec: CommandSpec = {
   name: 'append',
-  usage: 'append --stream S --token TOKEN [--store URL] [DATA | -]',
+  usage: 'append --stream S --token TOKEN [--expect-seq N] [--store URL] [DATA | -]',
   summary: 'Append DATA to stream S, fenced by TOKEN; prints the entry\'s sequence number.',
   description: [
     'TOKEN is LEASE#TERM, as `tenure run` and `tenure lock` put it in $TENURE_TOKEN. With - (or no\n' +
       'DATA and standard input not a terminal) the entry is read from standard input.',
+    'With --expect-seq N the append is a compare-and-set on the stream\'s head: it is written only if\n' +
+      'the stream\'s last entry is N (0: empty), checked in the same step as the token; otherwise nothing\n' +
+      'is written and the current head is named on stderr (exit 1).',
     'Exit codes: 0 appended; 3 stale fencing token (a newer term has written: nothing was appended);\n' +
-      '2 bad input (a token that does not parse, or a term never issued); 1 store failure.',
+      '2 bad input (a token that does not parse, or a term never issued); 1 store failure, or the\n' +
+      'stream\'s head was not --expect-seq.',
   ],
   options: {
     stream: { type: 'string', value: 'S', help: 'the stream to append to' },
     token: { type: 'string', value: 'TOKEN', help: 'fencing token LEASE#TERM, e.g. "$TENURE_TOKEN"' },
+    'expect-seq': { type: 'string', value: 'N', help: 'append only if the stream\'s last seq is N (0: empty)' },
     store: STORE_OPTION,
   },
   required: ['stream', 'token'],
@@ -39,6 +44,7 @@ export async function appendCommand(argv: readonly string[], io: CliIO, stdin: N
   }
   const stream = checkName('--stream', stringOption(args.values, 'stream'));
   const token = parseToken(stringOption(args.values, 'token') ?? '');
+  const expectSeq = stringOption(args.values, 'expect-seq') === undefined ? undefined : integerOption(args.values, 'expect-seq', 0, 0, Number.MAX_SAFE_INTEGER);
   const target = storeTarget(stringOption(args.values, 'store'), io.env);
   const data = args.positionals[0];
   let payload: string;
@@ -47,7 +53,7 @@ export async function appendCommand(argv: readonly string[], io: CliIO, stdin: N
   else payload = await readAll(stdin);
   const store = await openCliStore(target, ONE_SHOT_BUSY_TIMEOUT_MS);
   try {
-    const seq = await store.appendFenced(token, stream, payload);
+    const seq = await store.appendFenced(token, stream, payload, expectSeq === undefined ? undefined : { expectSeq });
     io.stdout.write(`${seq}\n`);
     return 0;
   } finally {

@@ -86,19 +86,7 @@ export async function demoNodeCommand(argv: readonly string[], io: CliIO): Promi
     else say({ event: 'freeze-skipped' });
   });
 
-  let stop: () => void = () => {};
-  let orphaned = false;
-  const stopped = new Promise<void>((resolve) => (stop = resolve));
-  process.once('SIGTERM', () => stop());
-  process.once('SIGINT', () => stop());
-  // The demo talks to us through a pipe; when it goes away (even killed), so do we.
-  const onOrphaned = (): void => {
-    orphaned = true;
-    stop();
-  };
-  process.stdin.on('end', onOrphaned);
-  process.stdin.on('error', onOrphaned);
-  process.stdin.resume();
+  const life = demoProcessLife();
 
   say({ event: 'hello', owner: elector.owner, pid: process.pid });
   void elector.runWhileLeader(async ({ signal, token }) => {
@@ -126,14 +114,42 @@ export async function demoNodeCommand(argv: readonly string[], io: CliIO): Promi
     }
   });
 
-  await stopped;
+  await life.stopped;
   await elector.stop();
   await writer.close();
   await store.close();
-  const demoDir = stringOption(values, 'demo-dir');
-  if (orphaned && demoDir !== undefined) cleanUpAfterDemo(demoDir);
+  life.cleanUp(stringOption(values, 'demo-dir'));
   say({ event: 'stopped' });
   return 0;
+}
+
+/** How a process of the demo ends: `stopped` resolves on SIGTERM, SIGINT, or the demo gone. */
+export interface DemoProcessLife {
+  readonly stopped: Promise<void>;
+  /** After stopping: if the demo died without stopping us, resume our siblings and remove its directory. */
+  cleanUp(demoDir: string | undefined): void;
+}
+
+export function demoProcessLife(): DemoProcessLife {
+  let stop: () => void = () => {};
+  let orphaned = false;
+  const stopped = new Promise<void>((resolve) => (stop = resolve));
+  process.once('SIGTERM', () => stop());
+  process.once('SIGINT', () => stop());
+  // The demo talks to us through a pipe; when it goes away (even killed), so do we.
+  const onOrphaned = (): void => {
+    orphaned = true;
+    stop();
+  };
+  process.stdin.on('end', onOrphaned);
+  process.stdin.on('error', onOrphaned);
+  process.stdin.resume();
+  return {
+    stopped,
+    cleanUp: (demoDir) => {
+      if (orphaned && demoDir !== undefined) cleanUpAfterDemo(demoDir);
+    },
+  };
 }
 
 /**
@@ -164,8 +180,12 @@ function cleanUpAfterDemo(dir: string): void {
   }
 }
 
-/** One JSON line on stdout, written synchronously so it is out before a SIGSTOP. */
 function say(event: DemoNodeEvent): void {
+  sayLine(event);
+}
+
+/** One JSON line on stdout, written synchronously so it is out before a SIGSTOP. */
+export function sayLine(event: object): void {
   const data = Buffer.from(`${JSON.stringify(event)}\n`);
   let offset = 0;
   for (let tries = 0; offset < data.length && tries < 1000; tries++) {

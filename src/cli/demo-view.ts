@@ -21,12 +21,59 @@ export interface DemoNodeView {
   /** Local monotonic instant of its last election. */
   electedAt: number | null;
   freezeAsked: boolean;
+  /** What the view shows for it instead of `wrote N` (a follower's applied entry and lag). */
+  detail?: string;
+  /** What the view calls it while it does not lead, instead of `follower` (`standby`, when followers of the log run beside it). */
+  idleLabel?: string;
+}
+
+/** min, median and max of a series of samples. */
+export interface SampleStats {
+  min: number;
+  p50: number;
+  max: number;
+}
+
+/** One follower of `tenure demo --scenario followers`, at the end of the run. */
+export interface FollowerReport {
+  name: string;
+  /** Rows in its projection at the end. */
+  entries: number;
+  /** The last seq in its projection (0 when empty). */
+  lastSeq: number;
+  /** The projection holds exactly the log: the same seqs, terms and payloads, no duplicate, no gap. */
+  equal: boolean;
+  /** Times it was killed and started again. */
+  restarts: number;
+  /** For each restart, the last entry its projection had committed: where it went on from. */
+  resumedAfter: number[];
+  /** Its advertised lag over the run: entries and ms, and the ms as a sparkline (one character a time slice). */
+  lag: { samples: number; entries: SampleStats; ms: SampleStats; spark: string };
+}
+
+/** The reads the demo's ReadRouter routed. */
+export interface ReadsReport {
+  count: number;
+  /** The router's threshold: a follower serves only when its staleness bound is at most this, ms. */
+  thresholdMs: number;
+  /** Reads served per node (`leader` for the leader). */
+  byTarget: Record<string, number>;
+  /** The largest staleness bound a follower served under, ms. */
+  maxLagServedMs: number;
+  /** Reads with nowhere to go (no follower within the threshold and no leader). */
+  unserved: number;
 }
 
 export interface DemoSummary {
   ok: boolean;
+  /** The story (`tenure demo --scenario`): failover, or followers. */
+  scenario: string;
   /** The write path the story ran over (`tenure demo --via`). */
   via: string;
+  /** The store the nodes shared, credentials hidden (`tenure demo --store`). */
+  store: string;
+  /** The group and stream the run used (`demo`, or `demo-<random>` on a user's store). */
+  group: string;
   nodes: number;
   ttlMs: number;
   durationMs: number;
@@ -38,6 +85,10 @@ export interface DemoSummary {
   problems: string[];
   pids: number[];
   interrupted: boolean;
+  /** `--scenario followers`: each follower's projection against the log, and its lag. */
+  followers?: FollowerReport[];
+  /** `--scenario followers`: the reads routed by lag. */
+  reads?: ReadsReport;
 }
 
 export interface DemoViewState {
@@ -51,6 +102,8 @@ export interface DemoViewState {
   violations: number;
   /** What the record of applied writes is called: `stream`, `row history`, … */
   label: string;
+  /** One more status line under the record's (the followers scenario: the reads routed). */
+  status?: string;
 }
 
 interface Header {
@@ -127,6 +180,7 @@ export class DemoView {
       ...(this.description ? [c.dim(this.description)] : []),
       '',
     ];
+    const nameWidth = Math.max(0, ...s.nodes.map((n) => n.name.length));
     for (const n of s.nodes) {
       const state = stateLabel(n, c);
       const term = n.term !== null ? `term ${n.term}`.padEnd(8) : ''.padEnd(8);
@@ -139,10 +193,13 @@ export class DemoView {
         lease = c.red('lease expired'.padEnd(BAR_WIDTH + 9));
       }
       const extra = n.staleRefused > 0 ? c.yellow(`  ${n.staleRefused} stale write${n.staleRefused > 1 ? 's' : ''} refused`) : '';
-      lines.push(`  ${n.name}  ${`pid ${n.pid}`.padEnd(10)} ${state} ${term} ${lease}  wrote ${String(n.wrote).padStart(4)}${extra}`);
+      const detail = n.detail ?? `wrote ${String(n.wrote).padStart(4)}`;
+      lines.push(`  ${n.name.padEnd(nameWidth)}  ${`pid ${n.pid}`.padEnd(10)} ${state} ${term} ${lease}  ${detail}${extra}`);
     }
     const v = s.violations === 0 ? c.green('violations 0') : c.red(`violations ${s.violations}`);
-    lines.push('', `  ${s.label}: ${s.entries} entries · last #${s.lastSeq} term ${s.lastTerm} · stale writes refused ${s.staleRejected} · ${v}`, '');
+    lines.push('', `  ${s.label}: ${s.entries} entries · last #${s.lastSeq} term ${s.lastTerm} · stale writes refused ${s.staleRejected} · ${v}`);
+    if (s.status) lines.push(`  ${s.status}`);
+    lines.push('');
     lines.push(...this.notes.slice(-EVENTS_SHOWN));
     if (running) lines.push('', c.dim('  Ctrl-C stops the demo and every node.'));
     return lines;
@@ -165,7 +222,7 @@ function stateLabel(n: DemoNodeView, c: Colors): string {
     case 'starting':
       return c.dim('starting'.padEnd(width));
     case 'follower':
-      return 'follower'.padEnd(width);
+      return (n.idleLabel ?? 'follower').padEnd(width);
   }
 }
 
@@ -178,14 +235,41 @@ function summaryText(s: DemoSummary, color: boolean): string {
     lines.push(`  ${i === 0 ? 'failovers' : ''.padEnd(9)}    ${what}: ${f.from} (term ${f.fromTerm}) -> ${f.to} (term ${f.toTerm}) in ${formatMs(f.ms)}`);
   });
   if (s.via !== 'stream') lines.push(`  written via  ${s.via}`);
+  if (s.followers) lines.push(...followerLines(s.followers, c));
+  if (s.reads) lines.push(`  reads        ${routedReads(s.reads)}`);
   lines.push(`  terms        ${s.terms.map((t) => `${t.term} ${t.node} (${t.entries})`).join(' · ') || 'none'}`);
   lines.push(`  stale writes refused  ${s.staleRejected}`);
   lines.push(`  entries      ${s.entries}`);
-  lines.push(`  violations   ${s.violations.length === 0 ? c.green('none: gap-free, terms never went back, one writer per term') : c.red(String(s.violations.length))}`);
+  const held = `none: gap-free, terms never went back, one writer per term${s.followers ? ', projections equal the log' : ''}`;
+  lines.push(`  violations   ${s.violations.length === 0 ? c.green(held) : c.red(String(s.violations.length))}`);
   for (const v of s.violations) lines.push(`    ${c.red(v)}`);
   for (const p of s.problems) lines.push(`  ${c.yellow(`note: ${p}`)}`);
   lines.push(s.ok ? c.green('  ok') : c.red(s.interrupted ? '  stopped early' : '  not ok'), '');
   return lines.join('\n');
+}
+
+function followerLines(followers: readonly FollowerReport[], c: Colors): string[] {
+  return followers.map((f, i) => {
+    const range = f.entries > 0 ? `#1..#${f.lastSeq}` : 'empty';
+    const proj = f.equal ? c.green(`projection = log (${f.entries} entries, ${range})`) : c.red(`projection != log (${f.entries} entries, ${range})`);
+    const lag = `lag min/p50/max ${stats(f.lag.entries)} entries, ${stats(f.lag.ms)} ms ${f.lag.spark}`;
+    const restarts = f.restarts > 0 ? ` · restarted ${f.restarts}x (went on after #${f.resumedAfter.join(', #')})` : '';
+    return `  ${i === 0 ? 'followers' : ''.padEnd(9)}    ${f.name}: ${proj} · ${lag}${restarts}`;
+  });
+}
+
+function stats(s: SampleStats): string {
+  return `${s.min}/${s.p50}/${s.max}`;
+}
+
+/** The reads routed, in one line: how many, to whom, the largest staleness served and the threshold. */
+export function routedReads(r: ReadsReport): string {
+  const targets = Object.entries(r.byTarget)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, n]) => `${name} ${n}`)
+    .join(' · ');
+  const unserved = r.unserved > 0 ? ` · ${r.unserved} with no target` : '';
+  return `${r.count} routed (${targets || 'none served'}) · max lag served ${formatMs(r.maxLagServedMs)}, threshold ${formatMs(r.thresholdMs)}${unserved}`;
 }
 
 interface Colors {

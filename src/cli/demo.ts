@@ -13,17 +13,18 @@
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { InvalidArgumentError, limits, parseDuration } from '../core/index.js';
+import { limits } from '../core/index.js';
 import type { Lease } from '../core/index.js';
 import type { TenureStore } from '../open.js';
-import { durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
-import type { CommandSpec } from './args.js';
 import { signalExitCode } from './child.js';
+import { startDemoRaftCluster } from './demo-raft.js';
+import type { DemoRaftCluster } from './demo-raft.js';
 import { NODES_FILE } from './demo-node.js';
 import type { DemoNodeEvent } from './demo-node.js';
 import { WriteHistory } from './demo-history.js';
@@ -33,58 +34,20 @@ import { formatMs } from './output.js';
 import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
 import type { TerminationSignal } from './signals.js';
-import { openCliStore, storeTarget } from './store.js';
+import { openCliStore, probeStore, storeTarget } from './store.js';
+import type { StoreTarget } from './store.js';
 import { openDemoResource } from './demo-resource.js';
 import type { DemoResource } from './demo-resource.js';
-import { BROKER_PATHS, brokerUrl } from './demo-brokers.js';
-import { DEMO_PATHS } from './demo-writer.js';
 import type { DemoVia } from './demo-writer.js';
 
+/** The group and stream on the demo's own fresh store; on a `--store` of the user's, a name of this run's own. */
 const GROUP = 'demo';
-const STREAM = 'demo';
-const DEFAULT_NODES = 3;
-const DEFAULT_DURATION_MS = 15_000;
-const DEFAULT_TTL_MS = 1000;
 const TICK_MS = 100;
 const POLL_MS = 20;
 
-export const demoSpec: CommandSpec = {
-  name: 'demo',
-  usage: `demo [--nodes N] [--duration S] [--ttl D] [--via ${DEMO_PATHS.join('|')}] [--broker URL] [--json]`,
-  summary: 'Watch election, takeover, a stale write refused and crash failover, live.',
-  description: [
-    'Starts N node processes on a fresh temporary SQLite store; the leader writes fenced entries.\n' +
-      'The demo freezes the leader (SIGSTOP) past its TTL, shows the takeover with a higher term,\n' +
-      'resumes the old leader and shows its stale write refused, then kills the new leader (kill -9)\n' +
-      'and shows crash failover. It ends with a summary and checks: failover times, terms, refused\n' +
-      'stale writes, entries and any safety violation. No process is left behind.',
-    '--via picks the write path the story runs over: stream (tenure\'s fenced stream, the default);\n' +
-      'sql (fencedUpdate of a row in SQLite: the check is in the UPDATE); http (fencedFetch to a\n' +
-      'service process whose guard checks the token in its write\'s transaction, 409 when stale);\n' +
-      'nats (JetStream), amqp (RabbitMQ), mqtt (MQTT v5): the token rides in the message metadata\n' +
-      'and a fenced consumer, a process of its own, drops a lower term\'s message. The checks read\n' +
-      'the resource\'s own record of the writes it applied (the stream, the row\'s history), never\n' +
-      'the writers\' reports. The brokers default to this machine\'s (nats://127.0.0.1:4222,\n' +
-      'amqp://guest:guest@127.0.0.1:5672, mqtt://127.0.0.1:1883); --broker URL or TENURE_DEMO_BROKER\n' +
-      'points elsewhere. An unreachable broker is one line and exit code 1.',
-    'On a terminal the view is live; otherwise it prints plain lines, or with --json one JSON summary\n' +
-      '{ ok, failovers, terms, staleRejected, entries, violations, ... }. Exit code 0 when every step\n' +
-      'happened and no violation was found, 1 otherwise, 130 when interrupted.',
-  ],
-  options: {
-    nodes: { type: 'string', value: 'N', help: `number of node processes, 2 to 9 (default ${DEFAULT_NODES})` },
-    duration: { type: 'string', value: 'S', help: 'how long to run, in seconds or as 20s, 1m (default 15; the steps take about 8 s)' },
-    ttl: { type: 'string', value: 'D', help: 'lease time to live (default 1s)' },
-    via: { type: 'string', value: 'PATH', help: `the write path: ${DEMO_PATHS.join(', ')} (default stream)` },
-    broker: { type: 'string', value: 'URL', help: 'the broker for --via nats, amqp, mqtt (default: $TENURE_DEMO_BROKER, else the one on this machine)' },
-    json: { type: 'boolean', help: 'print one JSON summary instead of the live view' },
-  },
-  examples: ['npx tenure demo', 'tenure demo --nodes 5 --duration 30 --json', 'tenure demo --via sql', 'tenure demo --via nats --broker nats://10.0.0.5:4222'],
-};
-
 class Interrupted extends Error {}
 
-interface DemoNode extends DemoNodeView {
+export interface DemoNode extends DemoNodeView {
   proc: ChildProcess;
   /** Set before tenure stops or kills it, so its exit is not reported as a problem. */
   expectedExit: boolean;
@@ -92,7 +55,7 @@ interface DemoNode extends DemoNodeView {
   stderrTail: string[];
 }
 
-interface Failover {
+export interface Failover {
   cause: 'pause' | 'crash';
   from: string;
   fromTerm: number;
@@ -101,42 +64,7 @@ interface Failover {
   ms: number;
 }
 
-export async function demoCommand(argv: readonly string[], io: CliIO): Promise<number> {
-  const args = parseCommand(demoSpec, argv);
-  if (args.help) {
-    io.stdout.write(renderHelp(demoSpec));
-    return 0;
-  }
-  const nodeCount = integerOption(args.values, 'nodes', DEFAULT_NODES, 2, 9);
-  const durationMs = parseSeconds(stringOption(args.values, 'duration'));
-  const ttlMs = durationOption(args.values, 'ttl', DEFAULT_TTL_MS, 100, 60_000);
-  const json = flagOption(args.values, 'json');
-  const via = parseVia(stringOption(args.values, 'via'));
-  const brokerFlag = stringOption(args.values, 'broker');
-  const brokerVia = BROKER_PATHS.find((p) => p === via);
-  if (brokerFlag !== undefined && !brokerVia) throw new InvalidArgumentError('--broker', `is for --via ${BROKER_PATHS.join(', ')}, not --via ${via}`);
-  const broker = brokerVia ? brokerUrl(brokerVia, brokerFlag, io.env) : undefined;
-  const demo = new Demo(io, { nodeCount, durationMs, ttlMs, json, via, broker });
-  return demo.run();
-}
-
-/** `--duration`: a bare number is seconds; otherwise a duration such as 20s or 1m. */
-function parseSeconds(text: string | undefined): number {
-  if (text === undefined) return DEFAULT_DURATION_MS;
-  const ms = /^\s*\d+(\.\d+)?\s*$/.test(text) ? Math.round(Number(text) * 1000) : parseDuration('--duration', text);
-  if (ms < 1000 || ms > 3_600_000) throw new InvalidArgumentError('--duration', `must be between 1 s and 1 h, got '${text}'`);
-  return ms;
-}
-
-/** `--via`: one of the write paths, exactly. */
-function parseVia(text: string | undefined): DemoVia {
-  if (text === undefined) return 'stream';
-  const via = DEMO_PATHS.find((p) => p === text);
-  if (!via) throw new InvalidArgumentError('--via', `expected one of ${DEMO_PATHS.join(', ')}, got '${text}'`);
-  return via;
-}
-
-interface DemoOptions {
+export interface DemoOptions {
   nodeCount: number;
   durationMs: number;
   ttlMs: number;
@@ -144,40 +72,56 @@ interface DemoOptions {
   via: DemoVia;
   /** The broker's URL, for the broker paths. */
   broker: string | undefined;
+  /** A store of the user's (`--store`), or undefined for a fresh temporary SQLite file. */
+  store: StoreTarget | undefined;
+  /** `--store raft`: a 3-member Raft store of the demo's own (tenure raft serve processes) instead. */
+  raft?: boolean;
+  /** Follower processes besides the N nodes (`--scenario followers`), 0 otherwise. */
+  followers: number;
 }
 
-class Demo {
-  private readonly nodes: DemoNode[] = [];
-  private readonly failovers: Failover[] = [];
-  private readonly violations: string[] = [];
-  private readonly problems: string[] = [];
-  private readonly pids: number[] = [];
+/**
+ * The failover story, and the machinery every story shares: node processes, their reports, the
+ * view, the watch on the store, stopping everything at the end. A story of its own (FollowersDemo)
+ * overrides script(), and the hooks stepsDone(), afterShutdown() and summary().
+ */
+export class Demo {
+  protected readonly nodes: DemoNode[] = [];
+  protected readonly failovers: Failover[] = [];
+  protected readonly violations: string[] = [];
+  protected readonly problems: string[] = [];
+  protected readonly pids: number[] = [];
+  /** `--store raft`: the members the demo started. */
+  private raft: DemoRaftCluster | null = null;
   /** term -> owner, from the nodes' own `elected` reports. */
   private readonly electedBy = new Map<number, { owner: string; node: string }>();
   /** The checks on the resource's record of the writes it applied. */
-  private readonly history = new WriteHistory(this.violations);
-  private staleRejected = 0;
+  protected readonly history = new WriteHistory(this.violations);
+  protected staleRejected = 0;
   private lease: Lease | null = null;
   private readonly startedAt = performance.now();
-  private readonly interrupt = new AbortController();
-  private received: TerminationSignal | null = null;
-  private store: TenureStore | null = null;
+  protected readonly interrupt = new AbortController();
+  protected received: TerminationSignal | null = null;
+  protected store: TenureStore | null = null;
   private resource: DemoResource | null = null;
-  private dir = '';
-  private storeUrl = '';
-  private readonly view: DemoView;
-  private readonly intervalMs: number;
+  protected dir = '';
+  protected storeUrl = '';
+  /** The group and stream: `demo` on the demo's own store, `demo-<random>` on a user's. */
+  protected readonly group: string;
+  protected readonly view: DemoView;
+  protected readonly intervalMs: number;
 
   constructor(
-    private readonly io: CliIO,
-    private readonly options: DemoOptions,
+    protected readonly io: CliIO,
+    protected readonly options: DemoOptions,
   ) {
     const live = !options.json && (io.stdout as NodeJS.WriteStream).isTTY === true;
+    this.group = options.store ? `${GROUP}-${randomBytes(4).toString('hex')}` : GROUP;
     this.view = new DemoView(io.stdout, live ? 'live' : options.json ? 'quiet' : 'plain', {
-      nodes: options.nodeCount,
+      nodes: options.nodeCount + options.followers,
       ttlMs: options.ttlMs,
       durationMs: options.durationMs,
-      group: GROUP,
+      group: this.group,
       color: live && !io.env.NO_COLOR,
     });
     this.intervalMs = Math.min(100, Math.max(50, Math.round(options.ttlMs / 12)));
@@ -189,21 +133,35 @@ class Demo {
         this.received = sig;
         this.interrupt.abort();
       },
-      hurry: () => this.killAll('SIGKILL'),
+      hurry: () => {
+        this.killAll('SIGKILL');
+        this.raft?.kill();
+      },
     });
     let ticker: NodeJS.Timeout | null = null;
     try {
       this.dir = mkdtempSync(join(tmpdir(), 'tenure-demo-'));
-      const target = storeTarget(`sqlite:${join(this.dir, 'tenure.db')}`, this.io.env);
+      if (this.options.raft) {
+        try {
+          this.raft = await startDemoRaftCluster({ dir: this.dir, env: this.io.env, bin: binPath(), signal: this.interrupt.signal, onSpawn: (pid) => this.addPid(pid) });
+        } catch (err) {
+          if (this.received) return signalExitCode(this.received);
+          throw err;
+        }
+      }
+      const target = this.options.store ?? storeTarget(this.raft ? this.raft.url : `sqlite:${join(this.dir, 'tenure.db')}`, this.io.env);
       this.storeUrl = target.url;
       this.store = await openCliStore(target, 2000);
+      // A store of the user's may be down or wrong: one line and exit 1, before any node starts.
+      // The demo's own Raft store answers once its members have elected a leader.
+      if (this.options.store || this.raft) await probeStore(this.store, target, this.group);
       this.resource = await openDemoResource({
         via: this.options.via,
         store: this.store,
-        stream: STREAM,
-        storeFile: join(this.dir, 'tenure.db'),
+        stream: this.group,
+        storeFile: target.options.kind === 'sqlite' ? resolve(target.options.path) : join(this.dir, 'tenure.db'),
         dir: this.dir,
-        group: GROUP,
+        group: this.group,
         broker: this.options.broker,
         env: this.io.env,
         bin: binPath(),
@@ -212,6 +170,8 @@ class Demo {
         onNote: (text) => this.note(text),
       });
       this.view.start(target.display, this.resource.description);
+      if (this.options.store) this.note(`group and stream ${this.group} are this run's own; the stream stays in the store afterwards`);
+      if (this.raft) this.note(`raft store: 3 members (tenure raft serve) started (pids ${this.raft.pids.join(', ')}), removed at the end`);
       if (this.resource.process) this.note(`${this.resource.process.name} started (pid ${this.resource.process.pid})`);
       ticker = setInterval(() => void this.tick(), TICK_MS);
       try {
@@ -225,8 +185,10 @@ class Demo {
       await this.shutdown();
       await this.tick(); // read what the nodes wrote last
       this.history.checkElections(this.electedBy);
+      if (this.store) await this.afterShutdown(this.store);
       await this.resource?.close().catch(() => {});
       await this.store?.close();
+      await this.raft?.stop();
       if (this.dir) rmSync(this.dir, { recursive: true, force: true });
       removeHandlers();
     }
@@ -239,7 +201,20 @@ class Demo {
 
   // ---- the script -------------------------------------------------------------------------
 
-  private async script(): Promise<void> {
+  /** Every step of the story happened (the summary's `ok` also needs no violation and no problem). */
+  protected stepsDone(): boolean {
+    return this.failovers.length === 2 && this.staleRejected > 0;
+  }
+
+  /** One more line for the live view, under the record's. */
+  protected statusLine(): string | undefined {
+    return undefined;
+  }
+
+  /** Checks run once every process has stopped and the store was read a last time, before the directory goes. */
+  protected async afterShutdown(_store: TenureStore): Promise<void> {}
+
+  protected async script(): Promise<void> {
     const { ttlMs, durationMs } = this.options;
     for (let i = 1; i <= this.options.nodeCount; i++) this.spawnNode(`node-${i}`);
     const first = await this.waitFor(() => this.leader(), 15_000 + 5 * ttlMs);
@@ -259,7 +234,7 @@ class Demo {
   }
 
   /** Freeze the leader past its TTL, watch the takeover, resume it and watch its write refused. */
-  private async pauseStep(): Promise<void> {
+  protected async pauseStep(): Promise<void> {
     const { ttlMs } = this.options;
     let frozen: DemoNode | null = null;
     for (let attempt = 0; attempt < 3 && !frozen; attempt++) {
@@ -328,16 +303,21 @@ class Demo {
 
   // ---- nodes ------------------------------------------------------------------------------
 
-  private spawnNode(name: string): void {
+  /**
+   * Start (or restart) the process `name`: a `tenure demo-node` unless `command` names another
+   * internal command and its arguments (the store, the demo directory and TENURE_STORE are added).
+   * Its JSON lines go to onNodeLine; it is stopped with the others at the end.
+   */
+  protected spawnNode(name: string, command?: readonly string[]): void {
     const bin = binPath();
-    const proc = spawn(
-      process.execPath,
-      [
-        bin, 'demo-node', '--store', this.storeUrl, '--group', GROUP, '--stream', STREAM, '--id', name, '--ttl', String(this.options.ttlMs),
-        '--interval', String(this.intervalMs), '--demo-dir', this.dir, ...(this.resource?.nodeArgs ?? []),
-      ],
-      { stdio: ['pipe', 'pipe', 'pipe'], env: { ...this.io.env, TENURE_STORE: this.storeUrl } },
-    );
+    const args = command ?? [
+      'demo-node', '--group', this.group, '--stream', this.group, '--id', name, '--ttl', String(this.options.ttlMs),
+      '--interval', String(this.intervalMs), ...(this.resource?.nodeArgs ?? []),
+    ];
+    const proc = spawn(process.execPath, [bin, ...args, '--store', this.storeUrl, '--demo-dir', this.dir], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { ...(this.raft?.env ?? this.io.env), TENURE_STORE: this.storeUrl },
+    });
     const existing = this.nodes.find((n) => n.name === name);
     const node: DemoNode = existing ?? {
       name,
@@ -384,7 +364,7 @@ class Demo {
     });
   }
 
-  private onNodeLine(node: DemoNode, proc: ChildProcess, line: string): void {
+  protected onNodeLine(node: DemoNode, proc: ChildProcess, line: string): void {
     if (node.proc !== proc) return;
     let e: DemoNodeEvent;
     try {
@@ -451,7 +431,7 @@ class Demo {
     writeFileSync(join(this.dir, NODES_FILE), JSON.stringify(this.pids));
   }
 
-  private leader(): DemoNode | null {
+  protected leader(): DemoNode | null {
     return this.nodes.find((n) => n.state === 'leader') ?? null;
   }
 
@@ -491,7 +471,7 @@ class Demo {
     if (this.ticking || !this.store || !this.resource) return;
     this.ticking = true;
     try {
-      this.lease = await this.store.read(GROUP);
+      this.lease = await this.store.read(this.group);
       for (;;) {
         const batch = await this.resource.read(this.history.lastSeq, limits.readLimitMax);
         for (const e of batch) {
@@ -511,16 +491,16 @@ class Demo {
 
   // ---- helpers ----------------------------------------------------------------------------
 
-  private elapsed(): number {
+  protected elapsed(): number {
     return performance.now() - this.startedAt;
   }
 
-  private note(text: string): void {
+  protected note(text: string): void {
     this.view.note(this.elapsed(), text);
   }
 
   /** Poll `check` until it returns something truthy; null after `timeoutMs`. Throws when interrupted. */
-  private async waitFor<T>(check: () => T | null | false | undefined, timeoutMs: number): Promise<T | null> {
+  protected async waitFor<T>(check: () => T | null | false | undefined, timeoutMs: number): Promise<T | null> {
     const until = performance.now() + timeoutMs;
     for (;;) {
       if (this.interrupt.signal.aborted) throw new Interrupted();
@@ -531,7 +511,7 @@ class Demo {
     }
   }
 
-  private async sleep(ms: number): Promise<void> {
+  protected async sleep(ms: number): Promise<void> {
     const until = performance.now() + ms;
     while (performance.now() < until) {
       if (this.interrupt.signal.aborted) throw new Interrupted();
@@ -551,10 +531,11 @@ class Demo {
       staleRejected: this.staleRejected,
       violations: this.violations.length,
       label: this.resource?.label ?? 'stream',
+      status: this.statusLine(),
     };
   }
 
-  private summary(): DemoSummary {
+  protected summary(): DemoSummary {
     const { termWriters } = this.history;
     const terms = [...new Set([...this.electedBy.keys(), ...termWriters.keys()])]
       .sort((a, b) => a - b)
@@ -563,10 +544,12 @@ class Demo {
         node: termWriters.get(term)?.node ?? this.electedBy.get(term)?.node ?? '?',
         entries: termWriters.get(term)?.entries ?? 0,
       }));
-    const steps = this.failovers.length === 2 && this.staleRejected > 0;
     return {
-      ok: this.violations.length === 0 && this.problems.length === 0 && steps && !this.received,
+      ok: this.violations.length === 0 && this.problems.length === 0 && this.stepsDone() && !this.received,
+      scenario: 'failover',
       via: this.options.via,
+      store: this.options.store?.display ?? (this.options.raft ? 'raft (3 local members, temporary)' : 'sqlite (temporary)'),
+      group: this.group,
       nodes: this.options.nodeCount,
       ttlMs: this.options.ttlMs,
       durationMs: Math.round(this.elapsed()),
@@ -582,7 +565,8 @@ class Demo {
   }
 }
 
-function signal(node: DemoNode, sig: NodeJS.Signals): void {
+/** Send `sig` to a node's process, unless it is gone. */
+export function signal(node: DemoNode, sig: NodeJS.Signals): void {
   if (node.proc.exitCode !== null || node.proc.signalCode !== null) return;
   try {
     node.proc.kill(sig);
@@ -591,7 +575,7 @@ function signal(node: DemoNode, sig: NodeJS.Signals): void {
   }
 }
 
-function delay(ms: number): Promise<void> {
+export function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 }
 

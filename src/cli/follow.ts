@@ -42,7 +42,7 @@ const DEFAULT_BATCH = 100;
 
 export const followSpec: CommandSpec = {
   name: 'follow',
-  usage: 'follow --stream S [--state FILE] [--store URL] [--ack] [--batch N] [--poll D] [--grace D] -- CMD [ARGS…]',
+  usage: 'follow --stream S [--state FILE] [--store URL] [--ack] [--batch N] [--poll D] [--grace D] [--lag D] -- CMD [ARGS…]',
   summary: "Pipe each entry of stream S, once and in order, to CMD's standard input; FILE keeps the place.",
   description: [
     'Each entry is one JSON line {"seq":N,"lease":"L","term":T,"payload":"..."} on CMD\'s standard\n' +
@@ -52,6 +52,9 @@ export const followSpec: CommandSpec = {
       'before FILE caught up, those entries (at most --batch) are sent again: dedupe by seq. With --ack,\n' +
       'CMD prints each seq on its standard output when done with it, and only that counts as delivered:\n' +
       'none is lost if CMD dies.',
+    'Wakes at once on the store\'s push where it has one (PostgreSQL, Redis, SQLite, etcd); polls every\n' +
+      '--poll otherwise. --lag D prints "tenure follow: lag N entries, M ms" on stderr every D; M is the\n' +
+      'age of the oldest entry not yet delivered by the store\'s own clock ("ms unknown" on etcd).',
     'Stops when CMD exits (exit code: CMD\'s), or on SIGINT/SIGTERM (CMD\'s input is closed; it gets\n' +
       'SIGTERM after --grace, SIGKILL after another --grace). Exit codes: CMD\'s own when it exits by\n' +
       'itself; 130/143 after SIGINT/SIGTERM; 2 bad usage, or FILE not a seq of stream S (beyond its\n' +
@@ -65,6 +68,7 @@ export const followSpec: CommandSpec = {
     batch: { type: 'string', value: 'N', help: `entries between two updates of FILE, 1..10000 (default ${DEFAULT_BATCH})` },
     poll: { type: 'string', value: 'D', help: `wait between reads when caught up (default ${DEFAULT_POLL_MS}ms)` },
     grace: { type: 'string', value: 'D', help: `time CMD gets to exit after its input closes (default ${DEFAULT_GRACE_MS / 1000}s)` },
+    lag: { type: 'string', value: 'D', help: "every D, print the lag on stderr: entries behind, and ms on the store's clock (default: never)" },
   },
   required: ['stream'],
   takesCommand: true,
@@ -187,11 +191,12 @@ export async function followCommand(argv: readonly string[], io: CliIO): Promise
   const pollMs = durationOption(values, 'poll', DEFAULT_POLL_MS, 1, 60_000);
   const batchSize = integerOption(values, 'batch', DEFAULT_BATCH, 1, 10_000);
   const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, 3_600_000);
+  const lagEveryMs = durationOption(values, 'lag', 0, 10, 3_600_000);
   const target = storeTarget(stringOption(values, 'store'), io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
   const unlock = lockState(statePath);
   try {
-    return await follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, target, command, commandArgs });
+    return await follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, lagEveryMs, target, command, commandArgs });
   } finally {
     unlock();
   }
@@ -205,12 +210,14 @@ interface FollowRun {
   readonly batchSize: number;
   readonly pollMs: number;
   readonly graceMs: number;
+  /** Print the lag on stderr this often, ms (0: never). */
+  readonly lagEveryMs: number;
   readonly target: ReturnType<typeof storeTarget>;
   readonly command: string;
   readonly commandArgs: readonly string[];
 }
 
-async function follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, target, command, commandArgs }: FollowRun): Promise<number> {
+async function follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, lagEveryMs, target, command, commandArgs }: FollowRun): Promise<number> {
   const start = readState(statePath);
   const store = await openCliStore(target, ONE_SHOT_BUSY_TIMEOUT_MS);
   let child: ChildProcess | null = null;
@@ -293,7 +300,11 @@ async function follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, 
         if (offset !== to) throw new Error(`internal: delivered ${offset}, expected ${to}`);
       },
     };
-    follower = new Follower({ store, stream, sink, apply: (entry, p) => p.deliver(entry), batchSize, pollMs, maxRetries: 20 });
+    follower = new Follower({ store, stream, sink, apply: (entry, p) => p.deliver(entry), batchSize, pollMs, maxRetries: 20, lagEveryMs });
+    follower.on('lag', (lag) => {
+      const ms = lag.ms === null ? 'ms unknown (the store has no clock to read)' : `${Math.round(lag.ms)} ms`;
+      io.stderr.write(`tenure follow: lag ${lag.entries}${lag.atLeast ? '+' : ''} entries, ${ms}\n`);
+    });
     if (received || gone) void follower.stop();
     let failure: unknown = null;
     await follower.start().catch((err: unknown) => {

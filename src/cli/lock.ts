@@ -5,13 +5,12 @@
 import { checkName, checkOwner, limits, timingDefaults } from '../core/index.js';
 import { formatToken } from '../fencing/index.js';
 import { TenureError, redactSecrets, redactUrl } from '../core/index.js';
-import { openRedlock, parseRedlockUrl } from '../locks/index.js';
+import { maxPermits, openRedlock, parseRedlockUrl } from '../locks/index.js';
 import type { AcquireOptions, LockHandle, Redlock } from '../locks/index.js';
-import { durationOption, flagOption, parseCommand, renderHelp, stringOption } from './args.js';
+import { UsageError, durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
 import { ChildJob, exitOrAbort, signalExitCode } from './child.js';
-import type { StopReport } from './child.js';
-import { TransitionLog, describeExit, formatMs } from './output.js';
+import { TransitionLog, childStopReport, describeExit, formatMs } from './output.js';
 import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
 import type { TerminationSignal } from './signals.js';
@@ -24,12 +23,17 @@ const PROBE_TIMEOUT_MS = 2000;
 
 export const lockSpec: CommandSpec = {
   name: 'lock',
-  usage: 'lock NAME [--store URL] [--ttl D] [--wait D] [--grace D] [--id ID] [--json] -- CMD [ARGS…]',
+  usage: 'lock NAME [--store URL] [--semaphore N | --read | --write] [--lock-delay D] [--ttl D] [--wait D] [--grace D] [--id ID] [--json] -- CMD [ARGS…]',
   summary: 'Acquire the lock NAME, run CMD while holding it, then release it.',
   description: [
     'Waits for the lock (forever unless --wait is given), then runs CMD with TENURE_LOCK, TENURE_GROUP\n' +
       '(both NAME), TENURE_TERM, TENURE_TOKEN and TENURE_STORE in its environment. The lock is renewed\n' +
       'while CMD runs; if it is lost, CMD\'s process group gets SIGTERM, then SIGKILL after --grace.',
+    'With --semaphore N, holds one of N permits (up to N holders at once, each with its own token;\n' +
+      'TENURE_GROUP is the permit NAME/permit/I). With --read or --write, holds the read or the write\n' +
+      'side of the read/write lock NAME (many readers or one writer; a waiting writer shuts new readers\n' +
+      'out). --lock-delay D: if this holder vanishes (its lease lapses rather than being released),\n' +
+      'nobody takes the lock for D more. None of these with redlock://.',
     'Exit codes: CMD\'s own code (1 if CMD exited 0 after being stopped because the lock was lost);\n' +
       '4 when the lock was not acquired within --wait; 1 when the store cannot be reached (for redlock://,\n' +
       'fewer than a quorum of its servers answer); 130/143 after SIGINT/SIGTERM; 2 for bad usage.',
@@ -39,12 +43,16 @@ export const lockSpec: CommandSpec = {
     ttl: { type: 'string', value: 'D', help: 'lease time to live (default 10s)' },
     wait: { type: 'string', value: 'D', help: 'give up with exit code 4 after waiting this long (default: wait forever)' },
     grace: { type: 'string', value: 'D', help: 'time between SIGTERM and SIGKILL when stopping CMD (default 5s)' },
+    semaphore: { type: 'string', value: 'N', help: `hold one of N permits of the semaphore NAME (1 to ${maxPermits})` },
+    read: { type: 'boolean', help: 'hold the read (shared) side of the read/write lock NAME' },
+    write: { type: 'boolean', help: 'hold the write (exclusive) side of the read/write lock NAME' },
+    'lock-delay': { type: 'string', value: 'D', help: 'after this holder vanishes without releasing, nobody takes the lock for D (default 0)' },
     id: { type: 'string', value: 'ID', help: 'node id (default: hostname-pid); a per-process suffix is added' },
     json: { type: 'boolean', help: 'transitions as JSON lines on stderr' },
   },
   positionals: { min: 1, max: 1, label: 'the lock NAME' },
   takesCommand: true,
-  examples: ['tenure lock db-migrations --wait 30s -- npm run migrate'],
+  examples: ['tenure lock db-migrations --wait 30s -- npm run migrate', 'tenure lock exports --semaphore 3 -- ./export.sh', 'tenure lock catalog --read -- ./report.sh'],
 };
 
 export async function lockCommand(argv: readonly string[], io: CliIO): Promise<number> {
@@ -61,22 +69,23 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
   const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, 3_600_000);
   const id = stringOption(values, 'id');
   if (id !== undefined) checkOwner('--id', id);
+  const kind = lockKind(values);
+  const lockDelayMs = durationOption(values, 'lock-delay', 0, 0, limits.ttlMaxMs - ttlMs);
   const storeFlag = stringOption(values, 'store');
   const redlockUrl = redlockTarget(storeFlag, io.env);
+  if (redlockUrl && (kind.type !== 'lock' || lockDelayMs > 0)) {
+    throw new UsageError(`${kind.type === 'lock' ? '--lock-delay' : kindFlag(kind)} needs a tenure store; redlock:// holds plain locks only`);
+  }
   const target = redlockUrl ? { url: redlockUrl, display: redactUrl(redlockUrl) } : storeTarget(storeFlag, io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
   const log = new TransitionLog(io.stderr, flagOption(values, 'json'), { lock: name });
 
-  const source = redlockUrl ? await openRedlockSource(redlockUrl, target.display) : await openStoreSource(target as StoreTarget);
+  const source = redlockUrl ? await openRedlockSource(redlockUrl, target.display) : await openStoreSource(target as StoreTarget, kind, lockDelayMs);
   let handle: LockHandle | null = null;
   let child: ChildJob | null = null;
   let received: TerminationSignal | null = null;
   const interrupted = new AbortController();
-  const stopReport: StopReport = {
-    onTerm: (pid) =>
-      log.event('child-stopping', `stopping child ${pid}: SIGTERM to its process group, SIGKILL after ${formatMs(graceMs)}`, { pid, signal: 'SIGTERM', graceMs }),
-    onKill: (pid) => log.event('child-killed', `child ${pid} still running after ${formatMs(graceMs)}: SIGKILL to its process group`, { pid, signal: 'SIGKILL' }),
-  };
+  const stopReport = childStopReport(log, graceMs);
   const removeHandlers = onTermination({
     stop: (sig) => {
       received = sig;
@@ -99,11 +108,12 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
 
     }
     const token = formatToken(handle.token);
-    log.event('acquired', `acquired lock ${name}, term ${handle.term} (token ${token})`, { term: handle.term, token });
+    log.event('acquired', `acquired lock ${name}${handle.token.lease !== name ? ` (${handle.token.lease})` : ''}, term ${handle.term} (token ${token})`, { term: handle.term, token, lease: handle.token.lease });
     const env: NodeJS.ProcessEnv = {
       ...io.env,
       TENURE_LOCK: name,
-      TENURE_GROUP: name,
+      // The lease the token is under: NAME, or the semaphore permit or read/write side held.
+      TENURE_GROUP: handle.token.lease,
       TENURE_TERM: String(handle.term),
       TENURE_TOKEN: token,
       TENURE_STORE: target.url,
@@ -149,11 +159,40 @@ function redlockTarget(flag: string | undefined, env: NodeJS.ProcessEnv): string
   return given;
 }
 
-async function openStoreSource(target: StoreTarget): Promise<LockSource> {
+/** Which member of the lock family `tenure lock` holds. */
+type LockKind = { readonly type: 'lock' } | { readonly type: 'semaphore'; readonly permits: number } | { readonly type: 'read' } | { readonly type: 'write' };
+
+/** --semaphore N, --read, --write: at most one of them (bad input is exit 2, before any store is opened). */
+function lockKind(values: Parameters<typeof stringOption>[0]): LockKind {
+  const given = [stringOption(values, 'semaphore') !== undefined ? '--semaphore' : null, flagOption(values, 'read') ? '--read' : null, flagOption(values, 'write') ? '--write' : null].filter((f) => f !== null);
+  if (given.length > 1) throw new UsageError(`${given.join(' and ')} cannot be combined: a lock is a semaphore, a read/write lock's read side, or its write side (see tenure lock --help)`);
+  if (given[0] === '--semaphore') return { type: 'semaphore', permits: integerOption(values, 'semaphore', 1, 1, maxPermits) };
+  if (given[0] === '--read') return { type: 'read' };
+  if (given[0] === '--write') return { type: 'write' };
+  return { type: 'lock' };
+}
+
+function kindFlag(kind: LockKind): string {
+  return kind.type === 'semaphore' ? '--semaphore' : `--${kind.type}`;
+}
+
+async function openStoreSource(target: StoreTarget, kind: LockKind, lockDelayMs: number): Promise<LockSource> {
   const store = await openCliStore(target);
   return {
     probe: (name) => probeStore(store, target, name),
-    acquire: (name, options, acquire) => store.lock(name, options).acquire(acquire),
+    acquire: (name, options, acquire) => {
+      const o = { ...options, ...(lockDelayMs > 0 ? { lockDelayMs } : {}) };
+      switch (kind.type) {
+        case 'lock':
+          return store.lock(name, o).acquire(acquire);
+        case 'semaphore':
+          return store.semaphore(name, { ...o, permits: kind.permits }).acquire(acquire);
+        case 'read':
+          return store.readWriteLock(name, o).read.acquire(acquire);
+        case 'write':
+          return store.readWriteLock(name, o).write.acquire(acquire);
+      }
+    },
     close: () => store.close(),
   };
 }
@@ -185,7 +224,7 @@ function reasonText(reason: unknown): string {
 }
 
 /** A signal that aborts when either of two does (AbortSignal.any needs Node >= 20.3). */
-function eitherSignal(a: AbortSignal, b: AbortSignal): AbortSignal {
+export function eitherSignal(a: AbortSignal, b: AbortSignal): AbortSignal {
   const both = new AbortController();
   const abort = (): void => both.abort();
   if (a.aborted || b.aborted) abort();

@@ -10,14 +10,18 @@ import { InvalidArgumentError, LockTimeoutError, StaleTermError, TenureError, re
 import { UsageError, wantsDebug } from './args.js';
 import type { CommandSpec } from './args.js';
 import { appendCommand, appendSpec } from './append.js';
-import { demoCommand, demoSpec } from './demo.js';
+import { dashboardCommand, dashboardSpec } from './dashboard.js';
+import { chaosCommand, chaosSpec } from './chaos.js';
+import { demoCommand, demoSpec } from './demo-command.js';
 import { demoNodeCommand, demoNodeSpec } from './demo-node.js';
+import { demoFollowerCommand, demoFollowerSpec } from './demo-follower.js';
 import { followCommand, followSpec } from './follow.js';
 import { demoResourceCommand, demoResourceSpec } from './demo-resource-process.js';
 import { lockCommand, lockSpec } from './lock.js';
 import { logCommand, logSpec } from './log.js';
 import { migrateCommand, migrateSpec } from './migrate.js';
 import type { CliIO } from './output.js';
+import { raftCommand, raftSpec } from './raft.js';
 import { runCommand, runSpec } from './run.js';
 import { statusCommand, statusSpec } from './status.js';
 import { StoreOpenError } from './store.js';
@@ -35,7 +39,11 @@ const COMMANDS: ReadonlyArray<{ spec: CommandSpec; run: Command }> = [
   { spec: followSpec, run: followCommand },
   { spec: demoSpec, run: demoCommand },
   { spec: migrateSpec, run: migrateCommand },
+  { spec: chaosSpec, run: chaosCommand },
+  { spec: raftSpec, run: raftCommand },
+  { spec: dashboardSpec, run: dashboardCommand },
   { spec: demoNodeSpec, run: demoNodeCommand },
+  { spec: demoFollowerSpec, run: demoFollowerCommand },
   { spec: demoResourceSpec, run: demoResourceCommand },
 ];
 

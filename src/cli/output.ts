@@ -4,6 +4,7 @@
  */
 import type { Writable } from 'node:stream';
 import { redactSecrets } from '../core/index.js';
+import type { StopReport } from './child.js';
 
 export type EventFields = Record<string, string | number | boolean | null | undefined>;
 
@@ -63,4 +64,13 @@ export interface CliIO {
   readonly stdout: Writable;
   readonly stderr: Writable;
   readonly env: NodeJS.ProcessEnv;
+}
+
+/** How a supervising command reports stopping its child: SIGTERM to the group, SIGKILL after the grace. */
+export function childStopReport(log: TransitionLog, graceMs: number): StopReport {
+  return {
+    onTerm: (pid) =>
+      log.event('child-stopping', `stopping child ${pid}: SIGTERM to its process group, SIGKILL after ${formatMs(graceMs)}`, { pid, signal: 'SIGTERM', graceMs }),
+    onKill: (pid) => log.event('child-killed', `child ${pid} still running after ${formatMs(graceMs)}: SIGKILL to its process group`, { pid, signal: 'SIGKILL' }),
+  };
 }

@@ -8,13 +8,16 @@ import { formatToken } from '../fencing/index.js';
 import type { DeposedReason, LeaderContext } from '../election/index.js';
 import { LeaderElector } from '../election/index.js';
 import type { Lease } from '../core/index.js';
-import { durationOption, flagOption, parseCommand, renderHelp, stringOption } from './args.js';
+import { maxPermits } from '../locks/index.js';
+import type { LockHandle, Semaphore } from '../locks/index.js';
+import { durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
 import { ChildJob, exitOrAbort, pauseUnlessAborted, signalExitCode } from './child.js';
-import type { StopReport } from './child.js';
-import { TransitionLog, describeExit, formatMs } from './output.js';
+import { TransitionLog, childStopReport, describeExit, formatMs } from './output.js';
 import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
+import type { TerminationSignal } from './signals.js';
+import { eitherSignal } from './lock.js';
 import { STORE_OPTION, openCliStore, probeStore, storeTarget } from './store.js';
 
 /** Restart backoff for a child that exits by itself while leader, ms. */
@@ -27,7 +30,7 @@ const MAX_GRACE_MS = 3_600_000;
 
 export const runSpec: CommandSpec = {
   name: 'run',
-  usage: 'run --group G [--store URL] [--id ID] [--ttl D] [--grace D] [--once] [--json] -- CMD [ARGS…]',
+  usage: 'run --group G [--store URL] [--semaphore N] [--id ID] [--ttl D] [--grace D] [--once] [--json] -- CMD [ARGS…]',
   summary: 'Run CMD only while this process is the leader of group G.',
   description: [
     'Campaigns for G and starts CMD when elected, with TENURE_GROUP, TENURE_TERM, TENURE_TOKEN (the\n' +
@@ -40,6 +43,8 @@ export const runSpec: CommandSpec = {
       'after being stopped because leadership was lost); 130/143 after SIGINT/SIGTERM; 2 for bad usage;\n' +
       '1 when the store cannot be opened, or fails in a way retrying cannot fix (a lease whose term is\n' +
       'beyond 2^53 - 1, an unexpected error): CMD is stopped and the lease released first.',
+    'With --semaphore N, CMD runs while this process holds one of N permits of G (G/permit/I, which\n' +
+      'is TENURE_GROUP): up to N processes run it at once; a lost permit stops CMD and waits for one again.',
   ],
   options: {
     group: { type: 'string', value: 'G', help: 'the group (lease name) to lead' },
@@ -48,6 +53,7 @@ export const runSpec: CommandSpec = {
     ttl: { type: 'string', value: 'D', help: 'lease time to live (default 10s)' },
     grace: { type: 'string', value: 'D', help: 'time between SIGTERM and SIGKILL when stopping CMD (default 5s)' },
     once: { type: 'boolean', help: 'run CMD once as leader, release, exit with its code' },
+    semaphore: { type: 'string', value: 'N', help: `run CMD while holding one of N permits of G: up to N at once (1 to ${maxPermits})` },
     json: { type: 'boolean', help: 'transitions as JSON lines on stderr' },
   },
   required: ['group'],
@@ -70,6 +76,7 @@ export async function runCommand(argv: readonly string[], io: CliIO): Promise<nu
   const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, MAX_GRACE_MS);
   const id = stringOption(values, 'id');
   if (id !== undefined) checkOwner('--id', id);
+  const permits = stringOption(values, 'semaphore') === undefined ? null : integerOption(values, 'semaphore', 1, 1, maxPermits);
   const target = storeTarget(stringOption(values, 'store'), io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
   const commandLine = args.command.join(' ');
@@ -77,6 +84,11 @@ export async function runCommand(argv: readonly string[], io: CliIO): Promise<nu
   const store = await openCliStore(target);
   try {
     await probeStore(store, target, group);
+    if (permits !== null) {
+      const semaphore = store.semaphore(group, { permits, ttlMs, ...(id !== undefined ? { id } : {}), meta: { host: hostname(), pid: process.pid, command: commandLine.slice(0, 200) } });
+      const log = new TransitionLog(io.stderr, flagOption(values, 'json'), { group });
+      return await supervisePermit({ semaphore, ttlMs, log, io, group, graceMs, once: flagOption(values, 'once'), storeUrl: target.url, storeDisplay: target.display, command, commandArgs, commandLine });
+    }
     const elector = new LeaderElector({
       store,
       group,
@@ -112,11 +124,7 @@ async function supervise(s: Supervision): Promise<number> {
   let shuttingDown = false;
   /** The one child there may be; a new term's child waits until the previous one is gone. */
   let current: ChildJob | null = null;
-  const stopReport: StopReport = {
-    onTerm: (pid) =>
-      log.event('child-stopping', `stopping child ${pid}: SIGTERM to its process group, SIGKILL after ${formatMs(graceMs)}`, { pid, signal: 'SIGTERM', graceMs }),
-    onKill: (pid) => log.event('child-killed', `child ${pid} still running after ${formatMs(graceMs)}: SIGKILL to its process group`, { pid, signal: 'SIGKILL' }),
-  };
+  const stopReport = childStopReport(log, graceMs);
 
   elector.on('elected', ({ term, token }) =>
     log.event('elected', `elected term ${term} for group ${group} (token ${formatToken(token)})`, { term, token: formatToken(token), id: elector.owner }),
@@ -146,6 +154,10 @@ async function supervise(s: Supervision): Promise<number> {
   elector.on('renew-failed', ({ term, error }) =>
     log.error('renew-failed', `renewal of term ${term} failed (retrying until the deadline): ${error.message}`, { term, error: error.message }),
   );
+  elector.on('suspended', ({ term, remainingMs }) =>
+    log.event('suspended', `leadership of term ${term} suspended: a renew failed; it ends in ${formatMs(remainingMs)} unless one succeeds`, { term, remainingMs }),
+  );
+  elector.on('recovered', ({ term, suspendedMs }) => log.event('recovered', `leadership of term ${term} recovered after ${formatMs(suspendedMs)} suspended`, { term, suspendedMs }));
   elector.on('work-error', ({ term, error }) => log.event('error', `supervisor error in term ${term}: ${error.message}`, { term, error: error.message }));
 
   const work = async ({ signal, term, token }: LeaderContext): Promise<void> => {
@@ -229,6 +241,84 @@ async function supervise(s: Supervision): Promise<number> {
   return code;
 }
 
+/**
+ * `run --semaphore N`: hold one of N permits of the group while CMD runs (restarted with backoff
+ * if it exits by itself); a lost permit stops CMD, and the loop waits for a permit again.
+ */
+async function supervisePermit(s: Omit<Supervision, 'elector'> & { readonly semaphore: Semaphore; readonly ttlMs: number }): Promise<number> {
+  const { semaphore, log, group, graceMs } = s;
+  const interrupted = new AbortController();
+  let received: TerminationSignal | null = null;
+  let current: ChildJob | null = null;
+  const stopReport = childStopReport(log, graceMs);
+  const removeHandlers = onTermination({
+    stop: (sig) => {
+      received = sig;
+      log.event('signal', `received ${sig}: stopping`, { signal: sig });
+      interrupted.abort();
+    },
+    hurry: () => current?.hurry(),
+  });
+  log.event('campaigning', `waiting for one of ${semaphore.permits} permits of ${group} (store ${s.storeDisplay}, ttl ${formatMs(s.ttlMs)})`, {
+    permits: semaphore.permits,
+    store: s.storeDisplay,
+    ttlMs: s.ttlMs,
+  });
+  try {
+    for (;;) {
+      let handle: LockHandle;
+      try {
+        handle = await semaphore.acquire({ signal: interrupted.signal });
+      } catch (err) {
+        if (received) return signalExitCode(received);
+        throw err;
+      }
+      const token = formatToken(handle.token);
+      log.event('elected', `holding permit ${handle.name} of ${group}, term ${handle.term} (token ${token})`, { term: handle.term, token, lease: handle.name });
+      try {
+        const ended = eitherSignal(handle.signal, interrupted.signal);
+        let backoffMs = RESTART_MIN_MS;
+        while (!ended.aborted) {
+          const env: NodeJS.ProcessEnv = { ...s.io.env, TENURE_GROUP: handle.name, TENURE_TERM: String(handle.term), TENURE_TOKEN: token, TENURE_STORE: s.storeUrl };
+          const startedAt = performance.now();
+          const child = new ChildJob(s.command, s.commandArgs, env, { graceMs });
+          current = child;
+          if (child.pid !== undefined) log.event('child-started', `started child ${child.pid} in term ${handle.term}: ${s.commandLine}`, { pid: child.pid, term: handle.term });
+          const exit = await exitOrAbort(child, ended);
+          if (exit === null) {
+            const stopped = await child.stop(graceMs, stopReport);
+            log.event('child-exited', `child ${child.pid ?? '?'} exited: ${describeExit(stopped)}`, exitFields(child, stopped));
+            if (received) return signalExitCode(received);
+            if (s.once) return stopped.code === 0 ? 1 : stopped.code;
+            break;
+          }
+          log.event('child-exited', `child ${child.pid ?? '?'} exited: ${describeExit(exit)}`, exitFields(child, exit));
+          if (received) return signalExitCode(received);
+          if (s.once) return exit.code;
+          if (exit.code === EXIT_STALE && exit.signal === null) {
+            log.event('fenced', `child ${child.pid ?? '?'} exited with 3 (stale fencing token): giving permit ${handle.name} up`, { pid: child.pid ?? null, term: handle.term });
+            break;
+          }
+          if (performance.now() - startedAt >= RESTART_RESET_MS) backoffMs = RESTART_MIN_MS;
+          log.event('child-restart', `restarting child in ${formatMs(backoffMs)}`, { inMs: backoffMs, term: handle.term });
+          await pauseUnlessAborted(backoffMs, ended);
+          backoffMs = Math.min(backoffMs * 2, RESTART_MAX_MS);
+        }
+        if (handle.lost) log.event('deposed', `lost permit ${handle.name} (term ${handle.term})`, { term: handle.term, lease: handle.name });
+      } finally {
+        const last = current as ChildJob | null;
+        if (last && !last.hasExited) await last.stop(graceMs, stopReport);
+        const held = handle.held;
+        await handle.release();
+        if (held) log.event('released', `released permit ${handle.name} (term ${handle.term})`, { term: handle.term, lease: handle.name });
+      }
+      if (received) return signalExitCode(received);
+    }
+  } finally {
+    removeHandlers();
+  }
+}
+
 function exitFields(child: ChildJob, exit: { code: number; signal: NodeJS.Signals | null; error?: string }): Record<string, string | number | null | undefined> {
   return { pid: child.pid ?? null, code: exit.code, signal: exit.signal, error: exit.error };
 }
@@ -248,6 +338,8 @@ export function describeDeposed(reason: DeposedReason, holder: Lease | null): st
       return 'a fenced write with this term was refused as stale (a newer term exists)';
     case 'stopped':
       return 'stopped';
+    case 'stalled':
+      return 'the leader work reported no progress within progressTimeoutMs';
     case 'error':
       return 'an unexpected error (see the store-error line)';
   }

@@ -8,15 +8,25 @@ export type TenureErrorCode =
   | 'STORE_DATA'
   | 'INVALID_ARGUMENT'
   | 'NOT_LEADER'
+  // A compare-and-set on a stream's head (appendFenced's expectSeq, a state cell's expected version) found it moved:
+  | 'VERSION_CONFLICT'
   | 'NO_TOKEN'
   | 'LOCK_TIMEOUT'
+  // LeaderElector.transferTo: the named node did not take over within the bound, or another hand-over holds the hint.
+  | 'TRANSFER_FAILED'
   | 'DRIVER_MISSING'
   | 'CLOSED'
   // A follower (src/replication/): its apply callback threw; its saved offset disagrees with the log.
   | 'APPLY_FAILED'
   | 'OFFSET_MISMATCH'
+  // The leader directs work (src/replication/work*.ts): an item failed on every attempt it was given.
+  | 'WORK_FAILED'
+  // A broker follower (Model C) met a message it cannot apply: no token, a malformed one, bad payload.
+  | 'INVALID_MESSAGE'
   // A fenced message consumer waiting for an earlier message that failed (src/fencing/messages.ts):
   | 'CONSUMER_HALTED'
+  // The caller's transaction met a concurrent one (src/fencing/sql-commands.ts applyOnce): roll back, run it again.
+  | 'RETRY_TRANSACTION'
   // The Raft core's errors (RaftError and its subclasses, src/raft/core/errors.ts):
   | 'PROPOSAL_DROPPED'
   | 'LOG_COMPACTED'
@@ -25,7 +35,12 @@ export type TenureErrorCode =
   | 'SNAPSHOT_UNAVAILABLE'
   | 'INVALID_CONF_CHANGE'
   | 'INVALID_CONFIG'
-  | 'INVARIANT_VIOLATED';
+  | 'INVARIANT_VIOLATED'
+  // The Raft write-ahead log and snapshot files (src/raft/wal/):
+  | 'WAL_CORRUPT'
+  | 'DISK_FULL'
+  // The Raft transport (src/raft/transport/): a malformed frame or message from the wire.
+  | 'FRAME_INVALID';
 
 export class TenureError extends Error {
   readonly code: TenureErrorCode;
@@ -46,6 +61,23 @@ export class StaleTermError extends TenureError {
     this.lease = lease;
     this.term = term;
     this.currentTerm = currentTerm;
+  }
+}
+
+/**
+ * A compare-and-set on a stream's head was refused: the caller expected the stream (a state
+ * cell's version) at `expected`, the store found it at `current`. Nothing was written. Not a
+ * "maybe": read the current value again and decide anew.
+ */
+export class VersionConflictError extends TenureError {
+  readonly stream: string;
+  readonly expected: number;
+  readonly current: number;
+  constructor(stream: string, expected: number, current: number) {
+    super('VERSION_CONFLICT', `version conflict on stream ${JSON.stringify(stream)}: expected version ${expected}, the current version is ${current}`);
+    this.stream = stream;
+    this.expected = expected;
+    this.current = current;
   }
 }
 
@@ -76,10 +108,22 @@ export class InvalidArgumentError extends TenureError {
   }
 }
 
+/**
+ * The caller's transaction must be rolled back and run again from its start: a concurrent
+ * transaction got in its way (a serialization failure, a deadlock or a lock wait timeout, or a
+ * row it collides with that its snapshot cannot see). Not the caller's mistake and not a "maybe"
+ * about the store: nothing of the transaction may be committed, and the retry can succeed.
+ */
+export class RetryTransactionError extends TenureError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('RETRY_TRANSACTION', message, options);
+  }
+}
+
 /** Leader-only work was requested on a node that does not hold leadership. */
 export class NotLeaderError extends TenureError {
-  constructor(message: string) {
-    super('NOT_LEADER', message);
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('NOT_LEADER', message, options);
   }
 }
 
@@ -102,6 +146,24 @@ export class LockTimeoutError extends TenureError {
     super('LOCK_TIMEOUT', `lock ${lease} not acquired within ${waitMs} ms`);
     this.lease = lease;
     this.waitMs = waitMs;
+  }
+}
+
+/**
+ * `LeaderElector.transferTo(nodeId)` did not hand leadership to the named node: it did not take
+ * over within `timeoutMs` (`reason: 'timeout'`: it is unknown, down, or not campaigning for the
+ * group; leadership passed on to whoever campaigns, as after a resign), or a hand-over started by
+ * an earlier leader is still under way (`reason: 'busy'`: nothing was changed).
+ */
+export class TransferError extends TenureError {
+  readonly group: string;
+  readonly target: string;
+  readonly reason: 'timeout' | 'busy';
+  constructor(group: string, target: string, reason: 'timeout' | 'busy', message: string) {
+    super('TRANSFER_FAILED', message);
+    this.group = group;
+    this.target = target;
+    this.reason = reason;
   }
 }
 

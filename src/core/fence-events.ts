@@ -59,12 +59,15 @@ export function reportStale(error: StaleTermError, where: StaleWhere = {}): Stal
   return error;
 }
 
-/** One fenced write's outcome and latency (ms), for the latency histogram. */
+/**
+ * One fenced write's outcome and latency (ms), for the latency histogram. `conflict`: a
+ * compare-and-set on a stream's head (a state cell's version) found it moved, nothing written.
+ */
 export interface FencedWrite {
   readonly path: FencedPath;
   readonly lease: string;
   readonly ms: number;
-  readonly outcome: 'ok' | 'stale' | 'error';
+  readonly outcome: 'ok' | 'stale' | 'conflict' | 'error';
 }
 
 export type FencedWriteListener = (write: FencedWrite) => void;
@@ -81,6 +84,7 @@ export function onFencedWrite(listener: FencedWriteListener): () => void {
 
 /** Report a fenced write's latency (no-op when nobody listens). */
 export function reportFencedWrite(write: FencedWrite): void {
+  if (writeListeners.size === 0) return; // on every fenced write: no copy when nobody listens
   for (const listener of [...writeListeners]) {
     try {
       listener(write);

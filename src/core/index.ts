@@ -9,3 +9,4 @@ export * from './lease.js';
 export * from './redact.js';
 export * from './fence-events.js';
 export * from './typed-emitter.js';
+export * from './logger.js';

@@ -46,7 +46,38 @@ export interface StreamEntry {
   readonly lease: string;
   readonly term: number;
   readonly payload: string;
+  /**
+   * When the store accepted the entry, ms since the Unix epoch by the STORE's clock (PostgreSQL
+   * `clock_timestamp()`, MySQL `NOW(3)`, Redis `TIME`, the host's clock for SQLite and memory; on
+   * etcd, which has no readable clock, the appending client's wall clock). Compare it only with
+   * `StreamHead.nowMs` of the same store (safety rule 1), never with a local wall clock. 0 when
+   * unknown (an entry written before the store recorded append times and never migrated).
+   */
+  readonly appendedAt: number;
 }
+
+/** Options of `Store.appendFenced`. */
+export interface AppendFencedOptions {
+  /**
+   * Compare-and-set on the stream's head: append only if the stream's last seq is exactly this
+   * (0: the stream is empty), checked in the same atomic step as the fence. Otherwise the append
+   * is refused with VersionConflictError carrying the current head, nothing written (no entry,
+   * no fence raised). A stale term is reported as StaleTermError first, whatever the head.
+   * A safe integer >= 0. Absent: append at the head, whatever it is.
+   */
+  readonly expectSeq?: number;
+}
+
+/** A stream's head and the store's own time, read in one step (see `Store.streamHead`). */
+export interface StreamHead {
+  /** The seq of the stream's last entry (0 for a stream never written). */
+  readonly seq: number;
+  /** The store's current time, ms since the Unix epoch, on the same clock as `StreamEntry.appendedAt`. */
+  readonly nowMs: number;
+}
+
+/** Told a stream's head seq after appends (see `Store.watchStream`). */
+export type StreamListener = (head: number) => void;
 
 export interface ReadStreamOptions {
   /** Return entries with seq greater than this (default 0: from the start). */
@@ -84,10 +115,18 @@ export interface Store {
    * `token.lease`, in the same atomic step as the write. Rejects with StaleTermError (nothing
    * written) otherwise. A term the store never issued for the lease, and a stream whose first
    * entry was written under another lease (a stream belongs to one lease), are rejected with
-   * InvalidArgumentError (nothing written). Returns the entry's sequence number.
+   * InvalidArgumentError (nothing written). With `options.expectSeq`, also a compare-and-set on
+   * the stream's head in that same step (VersionConflictError, nothing written, when it moved).
+   * Returns the entry's sequence number.
    */
-  appendFenced(token: FencingToken, stream: string, payload: string): Promise<number>;
+  appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number>;
   readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]>;
+  /**
+   * Optional: the stream's last entry (the one with the highest seq), or null for a stream never
+   * written, in one indexed read (no scan of the stream). Every built-in store has it; without it
+   * a reader must page through the stream with `readStream`.
+   */
+  readLast?(stream: string): Promise<StreamEntry | null>;
   /**
    * Optional batched renewal: extend every listed lease that `owner` holds live with the given
    * term, in one atomic step where the store allows (one statement on SQL), and report each
@@ -101,8 +140,35 @@ export interface Store {
    * first use). Safe to call concurrently from many processes. `tenure migrate` calls it.
    */
   migrate?(): Promise<void>;
+  /**
+   * Optional: delete every lease, fence and stream whose name starts with `prefix` (a non-empty
+   * string), in one transaction where the store allows; resolves with how many rows or keys went.
+   * For tools that made their own names and must leave nothing behind (`tenure chaos`); never call
+   * it on names something still uses (a holder of a purged lease is not told).
+   */
+  purge?(prefix: string): Promise<number>;
   /** Optional push: `listener` is called after the lease changes hands, is released or renewed. */
   watch?(name: string, listener: WatchListener): Unsubscribe;
+  /**
+   * Optional: `owner` no longer waits for `name` (its elector stopped without leading). A store
+   * that keeps something for a waiting candidate (PostgreSQL's hand-over reservation) drops it
+   * now, so no release hands the lease to a candidate that is gone. Best effort: never rejects.
+   */
+  withdraw?(name: string, owner: string): Promise<void>;
+  /**
+   * Optional push for streams: `listener` is called with the stream's new head seq after appends
+   * (by any writer, in any process). Several appends may be told as one call with the latest head,
+   * but the last append is always told. After a lost connection is re-established the store tells
+   * the current head, so nothing appended meanwhile goes unnoticed. A listener may also be called
+   * with a head it was told before. Stores without push (MySQL) leave it out: poll `readStream`.
+   */
+  watchStream?(stream: string, listener: (head: number) => void): Unsubscribe;
+  /**
+   * Optional: the stream's head and the store's current time in one step, so that a follower can
+   * compute its lag in ms as `nowMs - appendedAt` with both instants on the store's clock (safety
+   * rule 1). Stores with no readable clock (etcd) leave it out.
+   */
+  streamHead?(stream: string): Promise<StreamHead>;
   close(): Promise<void>;
 }
 

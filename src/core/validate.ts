@@ -71,12 +71,23 @@ export function checkTerm(field: string, value: unknown): number {
  * (an entry written by hand or by another program gets a StoreDataError, never a rounded term),
  * and its position must be a whole number >= 1.
  */
-export function decodeStreamEntry(store: string, stream: string, row: { seq: unknown; lease: string; term: unknown; payload: string }): StreamEntry {
+export function decodeStreamEntry(store: string, stream: string, row: { seq: unknown; lease: string; term: unknown; payload: string; appendedAt?: unknown }): StreamEntry {
   const seq = typeof row.seq === 'string' && /^[0-9]{1,16}$/.test(row.seq) ? Number(row.seq) : typeof row.seq === 'bigint' ? Number(row.seq) : row.seq;
   if (typeof seq !== 'number' || !Number.isSafeInteger(seq) || seq < 1) {
     throw new StoreDataError(`${store} store: stream ${JSON.stringify(stream)} holds an entry at position ${String(row.seq).slice(0, 40)}, which is not an integer in [1, ${Number.MAX_SAFE_INTEGER}]`);
   }
-  return { stream, seq, lease: row.lease, term: decodeTerm(store, row.lease, row.term), payload: row.payload };
+  return { stream, seq, lease: row.lease, term: decodeTerm(store, row.lease, row.term), payload: row.payload, appendedAt: decodeAppendedAt(row.appendedAt) };
+}
+
+/**
+ * An entry's append time as a store gave it (a number, a bigint or a decimal string, ms since the
+ * epoch, maybe with a fraction): whole ms, or 0 (unknown) for a missing or unusable value. It
+ * only feeds lag reports, so a bad one is reported as unknown rather than failing the read.
+ */
+export function decodeAppendedAt(value: unknown): number {
+  const n = typeof value === 'bigint' ? Number(value) : typeof value === 'string' && value !== '' ? Number(value) : value;
+  if (typeof n !== 'number' || !Number.isFinite(n) || n <= 0 || n > Number.MAX_SAFE_INTEGER) return 0;
+  return Math.floor(n);
 }
 
 /**
@@ -191,6 +202,18 @@ export function checkPayload(field: string, value: unknown): string {
   return value;
 }
 
+/** appendFenced's options: the expected head, a safe integer >= 0, or undefined when not given. */
+export function checkAppendOptions(options: { expectSeq?: number } | undefined): number | undefined {
+  if (options === undefined) return undefined;
+  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', 'expected an object such as { expectSeq: 3 }');
+  const expectSeq = options.expectSeq;
+  if (expectSeq === undefined) return undefined;
+  if (typeof expectSeq !== 'number' || !Number.isSafeInteger(expectSeq) || expectSeq < 0) {
+    throw new InvalidArgumentError('expectSeq', `expected an integer >= 0 (the stream's current last seq, 0 when empty), got ${String(expectSeq)}`);
+  }
+  return expectSeq;
+}
+
 /** Normalize readStream options: after >= 0, 1 <= limit <= 10000. */
 export function checkReadOptions(options: { after?: number; limit?: number } | undefined): { after: number; limit: number } {
   const after = options?.after ?? 0;
@@ -240,4 +263,9 @@ export function checkTablePrefix(value: unknown): string {
     throw new InvalidArgumentError('tablePrefix', `expected an SQL identifier prefix matching ${TABLE_PREFIX.source}, got ${JSON.stringify(value)}`);
   }
   return value;
+}
+
+/** The prefix of `Store.purge`: a non-empty name (an empty one would match everything). */
+export function checkPurgePrefix(value: unknown): string {
+  return checkName('prefix', value);
 }

@@ -12,6 +12,12 @@
  *  - A timed-out or unreachable call is "maybe": never acted on as a win.
  *  - Release carries the term it releases; a term given up (resign, stop, fault) is never led again.
  *  - Ending leadership is one `depose` effect: the shell aborts the signal before anything else.
+ *
+ * Health (issue 25): a leader whose renew failed as "maybe" (unreachable, timed out) is
+ * `suspended` until a renew succeeds (`recovered`, same term) or its deadline passes (`depose`
+ * reason `deadline`: lost). Suspension never moves the deadline. With `progressTimeoutMs`, a
+ * leader whose work reported no `progress` for that long is `stalled` (and, with
+ * `stepDownOnStall`, resigns with reason `stalled`) until it reports progress again.
  */
 import { candidateDelay, leaderDeadline } from '../core/index.js';
 import type { Lease, LeaseMeta, Random, Timing } from '../core/index.js';
@@ -20,6 +26,10 @@ export interface ElectorConfig {
   readonly owner: string;
   readonly timing: Timing;
   readonly random: Random;
+  /** Leader work with no `progress` event for this long is stalled, ms; 0 or absent: never. */
+  readonly progressTimeoutMs?: number;
+  /** A stalled leader resigns (reason `stalled`). Default false: stalled is only reported. */
+  readonly stepDownOnStall?: boolean;
 }
 
 /** Why leadership ended. */
@@ -30,9 +40,10 @@ export type DeposedReason =
   | 'resigned' // resign() was called, or the leader work failed
   | 'late' // the acquire reply came after its own deadline had already passed
   | 'fenced' // a fenced write with this leadership's token was refused as stale: a newer term exists
+  | 'stalled' // the leader work reported no progress for progressTimeoutMs and stepDownOnStall is set
   | 'error'; // an unexpected error in the store or the elector (reported as `store-error`)
 
-export type TimerName = 'loop' | 'deadline';
+export type TimerName = 'loop' | 'deadline' | 'progress';
 
 /** What the campaign loop is doing now. */
 export type LoopState =
@@ -47,8 +58,15 @@ export interface LeaderState {
   readonly term: number;
   /** Local instant at which leadership ends unless renewed. */
   readonly deadline: number;
-  /** The last renew failed as "maybe": retry every retryMs. */
-  readonly renewFailing: boolean;
+  /**
+   * When the first of the renews failing as "maybe" since the last success failed (local time),
+   * or null: the leader is suspended (still leader until `deadline`; retries every retryMs).
+   */
+  readonly suspendedAt: number | null;
+  /** When the leader work last reported progress (or leadership began), local time. */
+  readonly progressAt: number;
+  /** No progress for progressTimeoutMs: reported once, cleared by the next progress. */
+  readonly stalled: boolean;
 }
 
 export interface ElectorState {
@@ -58,7 +76,7 @@ export interface ElectorState {
   readonly known: { readonly owner: string | null; readonly term: number };
   /** The highest term this incarnation gave up: never led again. */
   readonly retiredTerm: number;
-  /** No campaign before this instant (after a resign). */
+  /** No campaign before this instant (after a resign, or while a hand-over to another node is under way). */
   readonly resignUntil: number;
   readonly lastRenewAt: number | null;
   /** Consecutive faults; 0 after any store call answers normally. */
@@ -67,7 +85,7 @@ export interface ElectorState {
   readonly lastFault: string | null;
   /** Ids of calls and timers; a reply or a timer with an older id is stale. */
   readonly nextId: number;
-  readonly timers: { readonly loop: number | null; readonly deadline: number | null };
+  readonly timers: { readonly loop: number | null; readonly deadline: number | null; readonly progress: number | null };
 }
 
 /** A store call's failure: `unavailable` (slow, unreachable, timed out) is "maybe"; anything else is a fault. */
@@ -84,9 +102,20 @@ export type ElectorEvent =
   /** A fenced write carrying this term's token was refused as stale (on any path): step down at once. */
   | { readonly type: 'fenced'; readonly term: number }
   | { readonly type: 'wake' }
+  /**
+   * The leader work of `term` made progress (LeaderContext.progress()), at local time `at` (default:
+   * the event's time; never later). The shell may report only the latest progress, just before the
+   * progress timer fires, so that work reporting in a hot loop costs a field write per report.
+   */
+  | { readonly type: 'progress'; readonly term: number; readonly at?: number }
   | { readonly type: 'push'; readonly lease: Lease | null }
   | { readonly type: 'timer'; readonly timer: TimerName; readonly id: number }
-  | { readonly type: 'acquire-ok'; readonly id: number; readonly acquired: boolean; readonly lease: Lease }
+  /**
+   * An acquire's answer. `holdBackMs` > 0 (with `acquired`): a hand-over to another node is under
+   * way (a live `GROUP/transfer-to` hint names someone else, see LeaderElector.transferTo), so this
+   * win is not led: the term is given up (released) and no campaign starts for that long.
+   */
+  | { readonly type: 'acquire-ok'; readonly id: number; readonly acquired: boolean; readonly lease: Lease; readonly holdBackMs?: number }
   | ({ readonly type: 'acquire-failed'; readonly id: number } & CallError)
   | { readonly type: 'renew-ok'; readonly id: number; readonly renewed: boolean; readonly lease: Lease | null }
   | ({ readonly type: 'renew-failed'; readonly id: number } & CallError)
@@ -133,6 +162,14 @@ export type ElectorEffect =
   | { readonly type: 'leader-changed'; readonly owner: string | null; readonly term: number; readonly meta: LeaseMeta }
   | { readonly type: 'renewed'; readonly term: number; readonly latencyMs: number }
   | { readonly type: 'renew-failed'; readonly term: number; readonly error: Error }
+  /** A renew failed as "maybe": still leader until `deadline`, but suspended (work should not start what it cannot finish). */
+  | { readonly type: 'suspended'; readonly term: number; readonly deadline: number; readonly error: Error }
+  /** A renew succeeded again before the deadline: same term, no longer suspended. */
+  | { readonly type: 'recovered'; readonly term: number; readonly suspendedMs: number }
+  /** The leader work reported no progress for `sinceProgressMs` (>= progressTimeoutMs). */
+  | { readonly type: 'stalled'; readonly term: number; readonly sinceProgressMs: number }
+  /** A stalled leader's work reported progress again. */
+  | { readonly type: 'unstalled'; readonly term: number; readonly stalledMs: number }
   | { readonly type: 'store-error'; readonly operation: string; readonly error: Error };
 
 export interface StepResult {
@@ -152,7 +189,7 @@ export function initialState(): ElectorState {
     faults: 0,
     lastFault: null,
     nextId: 1,
-    timers: { loop: null, deadline: null },
+    timers: { loop: null, deadline: null, progress: null },
   };
 }
 
@@ -184,6 +221,10 @@ class Step {
 
   handle(e: ElectorEvent): void {
     const s = this.state;
+    // Leadership ends at its deadline (rule 2), whether or not the deadline timer has fired: a
+    // process resumed from a pause handles whatever comes first (a renew answer, a stale
+    // refusal of its own write, a push) as an event after the deadline, not as a leader.
+    if (s.leader && this.now >= s.leader.deadline && !(e.type === 'timer' && e.timer === 'deadline')) this.onDeadline();
     switch (e.type) {
       case 'start':
         if (s.loop.kind !== 'idle' || s.stopping) return;
@@ -204,6 +245,9 @@ class Step {
       case 'wake':
         this.wake();
         return;
+      case 'progress':
+        if (s.leader && s.leader.term === e.term) this.onProgress(s.leader, Math.min(e.at ?? this.now, this.now));
+        return;
       case 'push':
         this.onPush(e.lease);
         return;
@@ -211,12 +255,13 @@ class Step {
         if (s.timers[e.timer] !== e.id) return; // cancelled or replaced
         s.timers[e.timer] = null;
         if (e.timer === 'deadline') this.onDeadline();
+        else if (e.timer === 'progress') this.onProgressTimer();
         else if (s.loop.kind === 'pause' && s.loop.timer === e.id) this.afterPause();
         return;
       case 'acquire-ok':
       case 'acquire-failed':
         if (s.loop.kind !== 'acquire' || s.loop.id !== e.id) return; // stale (stop abandoned it)
-        if (e.type === 'acquire-ok') this.onAcquired(s.loop, e.acquired, e.lease);
+        if (e.type === 'acquire-ok') this.onAcquired(s.loop, e.acquired, e.lease, e.holdBackMs ?? 0);
         else this.onAcquireFailed(e);
         return;
       case 'renew-ok':
@@ -254,7 +299,7 @@ class Step {
       // Renew on the interval, but early enough to leave one retry before the deadline. After a
       // failure, retry every retryMs (never a zero wait: a store failing at once must not spin).
       const untilDeadline = l.deadline - this.now;
-      const wait = l.renewFailing ? this.timing.retryMs : Math.max(0, Math.min(this.timing.renewIntervalMs, untilDeadline - this.timing.retryMs));
+      const wait = l.suspendedAt !== null ? this.timing.retryMs : Math.max(0, Math.min(this.timing.renewIntervalMs, untilDeadline - this.timing.retryMs));
       return this.pause(wait);
     }
     const waitResign = s.resignUntil - this.now;
@@ -301,10 +346,18 @@ class Step {
 
   // ---- answers ------------------------------------------------------------------------
 
-  private onAcquired(loop: Extract<LoopState, { kind: 'acquire' }>, acquired: boolean, lease: Lease): void {
+  private onAcquired(loop: Extract<LoopState, { kind: 'acquire' }>, acquired: boolean, lease: Lease, holdBackMs: number): void {
     const s = this.state;
     this.noFault();
     this.observe(lease);
+    if (acquired && lease.term > s.retiredTerm && holdBackMs > 0) {
+      // Won while a hand-over to another node is under way: never lead this term, give it back
+      // (its release wakes the named node) and campaign no more until the hand-over's bound.
+      s.retiredTerm = lease.term;
+      s.resignUntil = Math.max(s.resignUntil, this.now + holdBackMs);
+      this.effects.push({ type: 'release', term: lease.term }, { type: 'settled' });
+      return this.turn();
+    }
     if (acquired && lease.term > s.retiredTerm) {
       this.becomeLeader(lease.term, loop.sentAt);
       this.effects.push({ type: 'settled' });
@@ -340,20 +393,28 @@ class Step {
       this.effects.push({ type: 'late', term });
       return;
     }
-    s.leader = { term, deadline, renewFailing: false };
+    s.leader = { term, deadline, suspendedAt: null, progressAt: this.now, stalled: false };
     s.lastRenewAt = sentAt;
     this.setTimer('deadline', deadline - this.now);
     this.effects.push({ type: 'lead', term, deadline, deadlineInMs: deadline - this.now });
+    const progressMs = this.config.progressTimeoutMs ?? 0;
+    if (progressMs > 0) this.setTimer('progress', progressMs);
   }
 
   private onRenewAnswer(loop: Extract<LoopState, { kind: 'renew' }>, e: Extract<ElectorEvent, { type: 'renew-ok' | 'renew-failed' }>): void {
     const s = this.state;
     const l = s.leader;
-    if (!l || l.term !== loop.term) return this.turn(); // deposed meanwhile: a late reply changes nothing
+    // Deposed meanwhile (also by a deadline that passed while the answer was on its way, ended by
+    // handle() before this answer): a late reply changes nothing, neither renewed nor recovered.
+    if (!l || l.term !== loop.term) return this.turn();
     if (e.type === 'renew-failed') {
       if (!e.unavailable) return this.onFault('renew', e.error); // not "maybe": no use renewing until the deadline
-      s.leader = { ...l, renewFailing: true };
       this.effects.push({ type: 'renew-failed', term: l.term, error: e.error });
+      if (l.suspendedAt === null) {
+        // Suspended, not lost: the deadline stays where the last success put it (rule 2).
+        s.leader = { ...l, suspendedAt: this.now };
+        this.effects.push({ type: 'suspended', term: l.term, deadline: l.deadline, error: e.error });
+      }
       return this.turn();
     }
     if (!e.renewed) {
@@ -365,10 +426,11 @@ class Step {
     // Invariant: a deadline only moves forward, because it is computed from a later send time.
     if (deadline < l.deadline) return this.onFault('loop', new Error(`deadline went back: ${deadline} < ${l.deadline}`));
     this.noFault();
-    s.leader = { term: l.term, deadline, renewFailing: false };
+    s.leader = { ...l, deadline, suspendedAt: null };
     this.setTimer('deadline', deadline - this.now);
     s.lastRenewAt = loop.sentAt;
     this.effects.push({ type: 'renewed', term: l.term, latencyMs: this.now - loop.sentAt });
+    if (l.suspendedAt !== null) this.effects.push({ type: 'recovered', term: l.term, suspendedMs: this.now - l.suspendedAt });
     this.turn();
   }
 
@@ -378,9 +440,39 @@ class Step {
     this.wake();
   }
 
+  // ---- progress -----------------------------------------------------------------------
+
+  private onProgress(l: LeaderState, at: number): void {
+    const s = this.state;
+    if (at <= l.progressAt) return; // an older report: progress time only moves forward
+    s.leader = { ...l, progressAt: at, stalled: false };
+    if (!l.stalled) return; // the progress timer is still set and finds the new instant when it fires
+    this.effects.push({ type: 'unstalled', term: l.term, stalledMs: at - l.progressAt - (this.config.progressTimeoutMs ?? 0) });
+    this.setTimer('progress', this.config.progressTimeoutMs ?? 0);
+  }
+
+  /**
+   * The progress timer is set once per timeout, not per progress report (work may report in a hot
+   * loop): when it fires, progress since it was set moves it on; none makes the leader stalled.
+   */
+  private onProgressTimer(): void {
+    const s = this.state;
+    const l = s.leader;
+    const timeout = this.config.progressTimeoutMs ?? 0;
+    if (!l || l.stalled || timeout <= 0) return;
+    const due = l.progressAt + timeout;
+    if (due > this.now) {
+      this.setTimer('progress', due - this.now);
+      return;
+    }
+    s.leader = { ...l, stalled: true };
+    this.effects.push({ type: 'stalled', term: l.term, sinceProgressMs: this.now - l.progressAt });
+    if (this.config.stepDownOnStall) this.resign('stalled');
+  }
+
   // ---- leaving ------------------------------------------------------------------------
 
-  private resign(reason: 'resigned' | 'fenced' = 'resigned'): void {
+  private resign(reason: 'resigned' | 'fenced' | 'stalled' = 'resigned'): void {
     const s = this.state;
     if (!s.leader) return;
     s.resignUntil = this.now + this.timing.renewIntervalMs;
@@ -432,6 +524,7 @@ class Step {
     if (!l) return;
     s.leader = null;
     this.cancelTimer('deadline');
+    this.cancelTimer('progress');
     if (release) s.retiredTerm = Math.max(s.retiredTerm, l.term);
     this.effects.push({ type: 'depose', term: l.term, reason, holder, deadline: l.deadline, settle, release, after });
   }

@@ -1,5 +1,5 @@
 /**
- * The elector machine's two timers on a Clock, for a shell that runs the machine: performs its
+ * The elector machine's timers on a Clock, for a shell that runs the machine: performs its
  * `set-timer` and `cancel-timer` effects and feeds each firing back as a `timer` event.
  * LeaderElector uses it, and so does the simulation that steps the machine directly.
  */
@@ -9,7 +9,7 @@ import type { ElectorEffect, ElectorEvent, TimerName } from './elector-machine.j
 export type TimerEvent = Extract<ElectorEvent, { type: 'timer' }>;
 
 export class ElectorTimers {
-  private readonly cancels: Record<TimerName, (() => void) | null> = { loop: null, deadline: null };
+  private readonly cancels: Record<TimerName, (() => void) | null> = { loop: null, deadline: null, progress: null };
 
   constructor(
     private readonly clock: Clock,

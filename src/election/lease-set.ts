@@ -10,6 +10,9 @@
  *  - rule 3: a renewal that fails or times out changes nothing: the lease stays held until its
  *    deadline and the next round tries again; a refusal (`renewed: false`) ends it at once;
  *  - rule 6: renew and release are compare-and-set on owner and term (the store's own calls).
+ * A lease whose renewal failed as "maybe" is `suspended` (event, and the getter on its HeldLease)
+ * until a renewal succeeds before its deadline (`recovered`, same term) or the deadline passes
+ * (`ended` with reason `deadline`): the same three states as a LeaderElector's and a lock handle's.
  * It does not campaign: `acquire` tries once; a caller that wants a name it did not get calls
  * again later (a many-group manager on top decides which names and when).
  */
@@ -33,6 +36,13 @@ export interface HeldLease {
   readonly token: FencingToken;
   /** Aborts when the lease ends locally (deadline, refused renewal, release, stop). */
   readonly signal: AbortSignal;
+  /** True while held and its last renewal failed as "maybe": it holds only until its deadline (read live). */
+  readonly suspended: boolean;
+  /**
+   * Time left on the lease's local validity, ms: the last successful acquire or renew's send time
+   * + ttl - margin (safety rule 2), minus now; never negative, 0 once ended.
+   */
+  remainingMs(): number;
 }
 
 /** Why a lease left the set. */
@@ -45,6 +55,10 @@ export interface LeaseSetEvents {
   renewed: { count: number; batched: boolean; latencyMs: number };
   /** A renewal call failed or timed out (outcome unknown): the leases stay held until their deadlines. */
   'renew-failed': { names: string[]; error: Error };
+  /** A held lease's renewal failed as "maybe" (first failure since held or recovered): still held for `remainingMs`, the deadline unchanged. */
+  suspended: { name: string; term: number; error: Error; remainingMs: number };
+  /** A suspended lease was renewed before its deadline: same term, the deadline moved on. */
+  recovered: { name: string; term: number; suspendedMs: number; remainingMs: number };
 }
 
 interface Entry {
@@ -53,6 +67,8 @@ interface Entry {
   readonly token: FencingToken;
   readonly controller: AbortController;
   deadline: number;
+  /** When its first failed renewal since it was held or recovered came back (clock ms), or null. */
+  suspendedAt: number | null;
   cancelDeadline: () => void;
 }
 
@@ -62,6 +78,13 @@ export class LeaseSet extends TypedEmitter<LeaseSetEvents> {
   private readonly store: Store;
   private readonly clock: Clock;
   private readonly entries = new Map<string, Entry>();
+  /**
+   * Leases the store may still hold for this owner though the set no longer acts on them: ended
+   * at their local deadline (a renew that timed out may have succeeded), or acquired by a reply
+   * that came after its deadline. stop() releases them too (compare-and-set on owner and term,
+   * so a lease someone else holds now is left alone), so that none lingers for a TTL.
+   */
+  private readonly maybeHeld = new Map<string, number>();
   private cancelLoop: (() => void) | null = null;
   private renewing: Promise<unknown> | null = null;
   private stopped = false;
@@ -81,7 +104,13 @@ export class LeaseSet extends TypedEmitter<LeaseSetEvents> {
 
   /** The leases held now, by name. */
   get held(): HeldLease[] {
-    return [...this.entries.values()].map(({ name, term, token, controller }) => ({ name, term, token, signal: controller.signal }));
+    return [...this.entries.values()].map((e) => this.view(e));
+  }
+
+  /** The lease `name` while this set holds it, else null. */
+  lease(name: string): HeldLease | null {
+    const e = this.entries.get(name);
+    return e ? this.view(e) : null;
   }
 
   /**
@@ -90,23 +119,43 @@ export class LeaseSet extends TypedEmitter<LeaseSetEvents> {
    * deadline. Store errors reject (outcome unknown: the next acquire reconciles).
    */
   async acquire(name: string, meta?: LeaseMeta): Promise<HeldLease | null> {
+    return (await this.attempt(name, meta)).held;
+  }
+
+  /**
+   * `acquire`, also telling who holds the lease when this owner did not get it (`holder`: the
+   * live lease the store reported, with its time left; null when the reply came too late to act
+   * on). A campaign uses `holder.remainingMs` to try again just after the lease can expire.
+   */
+  async attempt(name: string, meta?: LeaseMeta): Promise<{ held: HeldLease; holder: null } | { held: null; holder: Lease | null }> {
     checkName('name', name);
     if (this.stopped) throw new StoreUnavailableError(`lease set of ${this.owner} is stopped`);
     const existing = this.entries.get(name);
-    if (existing) return this.view(existing);
+    if (existing) return { held: this.view(existing), holder: null };
     const sentAt = this.clock.now();
     const result = await this.withTimeout(`acquire of ${name}`, this.store.acquire(name, this.owner, this.timing.ttlMs, meta));
-    if (!result.acquired) return null;
+    if (!result.acquired) return { held: null, holder: result.lease };
     const already = this.entries.get(name);
-    if (already) return this.view(already); // two acquires of one name raced; both got the same lease
+    if (already) return { held: this.view(already), holder: null }; // two acquires of one name raced; both got the same lease
     const deadline = leaderDeadline(sentAt, this.timing);
     const now = this.clock.now();
-    if (deadline <= now || this.stopped) return null; // late: may hold it, must not act on it
-    const entry: Entry = { name, term: result.lease.term, token: makeToken(name, result.lease.term), controller: new AbortController(), deadline, cancelDeadline: () => {} };
+    if (deadline <= now || this.stopped) {
+      // Late: the store may hold it for us, but we must not act on it. Give it back.
+      await this.withTimeout(`release of ${name}`, this.store.release(name, this.owner, result.lease.term)).catch(() => false);
+      return { held: null, holder: null };
+    }
+    this.maybeHeld.delete(name);
+    const entry: Entry = { name, term: result.lease.term, token: makeToken(name, result.lease.term), controller: new AbortController(), deadline, suspendedAt: null, cancelDeadline: () => {} };
     entry.cancelDeadline = this.clock.setTimer(deadline - now, () => this.end(entry, 'deadline', null));
     this.entries.set(name, entry);
     this.emit('acquired', { name, term: entry.term });
-    return this.view(entry);
+    return { held: this.view(entry), holder: null };
+  }
+
+  /** The lease held under `name` now, or null. */
+  get(name: string): HeldLease | null {
+    const e = this.entries.get(name);
+    return e ? this.view(e) : null;
   }
 
   /**
@@ -135,12 +184,18 @@ export class LeaseSet extends TypedEmitter<LeaseSetEvents> {
     const failed: string[] = [];
     let error: Error | null = null;
     const deadline = leaderDeadline(sentAt, this.timing);
+    const suspended: Array<{ e: Entry; error: Error }> = [];
+    const recovered: Array<{ e: Entry; suspendedMs: number }> = [];
     batch.forEach((e, i) => {
       if (this.entries.get(e.name) !== e) return; // ended meanwhile: a late reply changes nothing
       const r = outcomes[i]!;
       if (r instanceof Error) {
         failed.push(e.name);
         error ??= r;
+        if (e.suspendedAt === null) {
+          e.suspendedAt = this.clock.now();
+          suspended.push({ e, error: r });
+        }
         return;
       }
       if (!r.renewed) {
@@ -154,24 +209,41 @@ export class LeaseSet extends TypedEmitter<LeaseSetEvents> {
         e.deadline = deadline;
         e.cancelDeadline = this.clock.setTimer(deadline - this.clock.now(), () => this.end(e, 'deadline', null));
       }
+      if (e.suspendedAt !== null) {
+        recovered.push({ e, suspendedMs: this.clock.now() - e.suspendedAt });
+        e.suspendedAt = null;
+      }
     });
     if (error) this.emit('renew-failed', { names: failed, error });
+    // Per lease, after the round's bookkeeping, so a listener sees the set as it now is.
+    for (const { e, error: err } of suspended) {
+      if (this.entries.get(e.name) === e) this.emit('suspended', { name: e.name, term: e.term, error: err, remainingMs: this.remaining(e) });
+    }
+    for (const { e, suspendedMs } of recovered) {
+      if (this.entries.get(e.name) === e) this.emit('recovered', { name: e.name, term: e.term, suspendedMs, remainingMs: this.remaining(e) });
+    }
     if (renewed.length > 0) this.emit('renewed', { count: renewed.length, batched: this.batched, latencyMs: this.clock.now() - sentAt });
     return { renewed, lost, failed };
   }
 
-  /** Renew every `renewIntervalMs` (after a failed round, every `retryMs`) until stop(). */
+  /**
+   * Renew every `renewIntervalMs` (after a failed round, every `retryMs`) until stop(). The
+   * interval runs from one round's start to the next's, so a slow round (10,000 leases in one
+   * statement) does not stretch the cadence: still one round per interval, never two at once.
+   */
   start(): void {
     if (this.cancelLoop || this.stopped) return;
     const next = (ms: number): void => {
       this.cancelLoop = this.clock.setTimer(ms, () => {
+        const startedAt = this.clock.now();
         const round = this.renewAll().then(
           (r) => r.failed.length > 0,
           () => true,
         );
         this.renewing = round;
         void round.then((failed) => {
-          if (!this.stopped) next(failed ? this.timing.retryMs : this.timing.renewIntervalMs);
+          const spentMs = this.clock.now() - startedAt;
+          if (!this.stopped) next(failed ? this.timing.retryMs : Math.max(0, this.timing.renewIntervalMs - spentMs));
         });
       });
     };
@@ -183,7 +255,7 @@ export class LeaseSet extends TypedEmitter<LeaseSetEvents> {
     const e = this.entries.get(name);
     if (!e) return false;
     this.end(e, 'released', null);
-    return this.withTimeout(`release of ${name}`, this.store.release(name, this.owner, e.term)).catch(() => false);
+    return this.withTimeout(`release of ${name}`, this.store.release(name, this.owner, e.term), this.timing.ttlMs).catch(() => false);
   }
 
   /** Stop renewing, end every lease (signals first) and release them. */
@@ -194,27 +266,49 @@ export class LeaseSet extends TypedEmitter<LeaseSetEvents> {
     this.cancelLoop = null;
     const all = [...this.entries.values()];
     for (const e of all) this.end(e, 'stopped', null);
-    await Promise.allSettled(all.map((e) => this.withTimeout(`release of ${e.name}`, this.store.release(e.name, this.owner, e.term))));
+    // Let a renewal still in flight finish before releasing (signals have fired already; its
+    // answer is ignored), so that no store call of the set is left running after stop().
     await this.renewing;
+    const toRelease = [...all.map((e) => ({ name: e.name, term: e.term })), ...[...this.maybeHeld].map(([name, term]) => ({ name, term }))];
+    this.maybeHeld.clear();
+    // Wait for the answers up to one TTL, not requestTimeoutMs: a loaded store answers late, and
+    // stop() resolving before its releases landed would leave the leases readable as held. After
+    // a TTL they have expired anyway, so a store that is down cannot hold stop() longer.
+    await Promise.allSettled(toRelease.map((e) => this.withTimeout(`release of ${e.name}`, this.store.release(e.name, this.owner, e.term), this.timing.ttlMs)));
   }
 
   private view(e: Entry): HeldLease {
-    return { name: e.name, term: e.term, token: e.token, signal: e.controller.signal };
+    const live = (): boolean => this.entries.get(e.name) === e;
+    return {
+      name: e.name,
+      term: e.term,
+      token: e.token,
+      signal: e.controller.signal,
+      get suspended(): boolean {
+        return live() && e.suspendedAt !== null;
+      },
+      remainingMs: () => (live() ? this.remaining(e) : 0),
+    };
+  }
+
+  private remaining(e: Entry): number {
+    return Math.max(0, e.deadline - this.clock.now());
   }
 
   private end(e: Entry, reason: LeaseEndReason, holder: Lease | null): void {
     if (this.entries.get(e.name) !== e) return;
     this.entries.delete(e.name);
+    if (reason === 'deadline') this.maybeHeld.set(e.name, e.term);
     e.cancelDeadline();
     e.controller.abort(new Error(`lease ${e.name} (term ${e.term}) ended: ${reason}`));
     this.emit('ended', { name: e.name, term: e.term, reason, holder });
   }
 
   /** `promise`, or StoreUnavailableError after requestTimeoutMs (its outcome unknown). */
-  private withTimeout<T>(what: string, promise: Promise<T>): Promise<T> {
+  private withTimeout<T>(what: string, promise: Promise<T>, timeoutMs = this.timing.requestTimeoutMs): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const cancel = this.clock.setTimer(this.timing.requestTimeoutMs, () =>
-        reject(new StoreUnavailableError(`${this.store.kind} store: no answer to ${what} within ${this.timing.requestTimeoutMs} ms`)),
+      const cancel = this.clock.setTimer(timeoutMs, () =>
+        reject(new StoreUnavailableError(`${this.store.kind} store: no answer to ${what} within ${timeoutMs} ms`)),
       );
       promise.then(
         (v) => {

@@ -61,8 +61,9 @@ export interface SqlDialect<Db> {
   inTransaction(db: Db): boolean | undefined;
   /**
    * Begin a transaction on `db` (SQLite: BEGIN IMMEDIATE) and run the SELECT that `sql` builds in
-   * it, in as few round trips as the driver allows: PostgreSQL sends both in one (`param` then
-   * inlines each value as an escaped literal), the others one each (`param` is a placeholder).
+   * it, in as few round trips as the driver allows: PostgreSQL sends both in one (the SELECT,
+   * with `$n` placeholders, prepared once per connection, then EXECUTEd with each value as an
+   * escaped literal), the others one each (`param` is a placeholder).
    */
   beginThenSelect(db: Db, sql: (param: (value: string | number) => string) => string): Promise<readonly Record<string, unknown>[]>;
 }
@@ -129,14 +130,61 @@ export const postgresDialect: SqlDialect<PgQueryable> = {
   contended: (err) => ['40P01', '40001', '55P03'].includes(String(errorFields(err).code)),
   inTransaction: () => undefined,
   beginThenSelect: async (db, sql) => {
-    // One simple-protocol query, two statements. E'' reads backslashes as escapes whatever
-    // standard_conforming_strings says; a name has no NUL (checkName).
-    const literal = (v: string | number): string => (typeof v === 'number' ? String(Math.trunc(v)) : `E'${v.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`);
-    const results = (await db.query(`BEGIN; ${sql(literal)}`)) as unknown;
-    const last = (Array.isArray(results) ? results[results.length - 1] : results) as { rows?: Record<string, unknown>[] } | undefined;
-    return last?.rows ?? [];
+    // One simple-protocol query, two statements: BEGIN, and the SELECT as an EXECUTE of a
+    // statement prepared once per connection (PREPARE, its own round trip the first time), so
+    // the server neither parses nor plans it again on every call. E'' reads backslashes as
+    // escapes whatever standard_conforming_strings says; a name has no NUL (checkName).
+    const values: (string | number)[] = [];
+    const text = sql((v) => (values.push(v), `$${values.length}`));
+    if (values.length === 0) return lastRows(await db.query(`BEGIN; ${text}`));
+    const name = preparedName(text);
+    const execute = `BEGIN; EXECUTE ${name}(${values.map(pgLiteral).join(', ')})`;
+    if (!preparedOn.get(db)?.has(name)) await prepareOn(db, name, text);
+    try {
+      return lastRows(await db.query(execute));
+    } catch (err) {
+      // The session lost it (DISCARD ALL, DEALLOCATE, a pooler's other session): the BEGIN ran,
+      // the SELECT did not; roll back, prepare again, once.
+      if (errorFields(err).code !== '26000' /* invalid_sql_statement_name */) throw err;
+      await db.query('ROLLBACK');
+      preparedOn.get(db)?.delete(name);
+      await prepareOn(db, name, text);
+      return lastRows(await db.query(execute));
+    }
   },
 };
+
+/** A value as a PostgreSQL literal: a whole number, or E'' text (backslashes and quotes escaped). */
+function pgLiteral(v: string | number): string {
+  return typeof v === 'number' ? String(Math.trunc(v)) : `E'${v.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
+}
+
+/** The rows of a simple query's last statement. */
+function lastRows(results: unknown): readonly Record<string, unknown>[] {
+  const last = (Array.isArray(results) ? results[results.length - 1] : results) as { rows?: Record<string, unknown>[] } | undefined;
+  return last?.rows ?? [];
+}
+
+/**
+ * The SQL-level prepared statements (PREPARE) made on each pg connection by beginThenSelect, by
+ * name. Their names differ from the protocol-level ones of `update` (`tenure_b_…`): both live in
+ * the session's one namespace.
+ */
+const preparedOn = new WeakMap<object, Set<string>>();
+function preparedName(text: string): string {
+  return `tenure_b_${statementName(`beginThenSelect:${text}`).slice('tenure_'.length, 'tenure_'.length + 32)}`;
+}
+async function prepareOn(db: PgQueryable, name: string, text: string): Promise<void> {
+  try {
+    await db.query(`PREPARE ${name} AS ${text}`);
+  } catch (err) {
+    if (errorFields(err).code !== '42P05' /* duplicate_prepared_statement: prepared already */) throw err;
+  }
+  let names = preparedOn.get(db);
+  if (!names) preparedOn.set(db, (names = new Set()));
+  if (names.size >= 100) names.clear();
+  names.add(name);
+}
 
 /** A mysql2/promise Pool, Connection or PoolConnection (also inside the caller's own transaction). */
 export interface MysqlExecutor {

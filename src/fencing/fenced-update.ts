@@ -63,14 +63,31 @@ export function fencedUpdate<Db>(dialect: SqlDialect<Db>, db: Db, token: Fencing
   return timeFencedWrite('sql', leaseLabel(token), () => fencedUpdateOnce(dialect, db, token, update));
 }
 
-async function fencedUpdateOnce<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, update: FencedUpdate): Promise<FencedUpdateResult> {
-  if (typeof dialect !== 'object' || dialect === null || typeof dialect.update !== 'function') {
-    throw new InvalidArgumentError('dialect', 'expected postgresDialect, mysqlDialect or sqliteDialect from tenure/fencing: fencedUpdate(dialect, db, token, update)');
-  }
-  if (typeof db !== 'object' || db === null) throw new InvalidArgumentError('db', `expected your ${dialect.name} client, pool or database`);
-  checkToken('token', token);
-  if (typeof update !== 'object' || update === null) throw new InvalidArgumentError('update', 'expected { table, set, where }');
-  const d = dialect;
+/**
+ * One fenced UPDATE's statement, compiled from its shape (the table, the fencing columns, the
+ * lease table, termCheck, and the names of the `set` and `where` columns): the identifiers are
+ * checked and quoted once per shape, not on every call. The values are checked on every call.
+ */
+interface CompiledUpdate {
+  readonly sql: string;
+  readonly table: string;
+  readonly tokenColumn: string;
+  readonly leaseColumn: string | null;
+  readonly leaseColumnName: string | null;
+  readonly leaseTable: string | null;
+  readonly leaseTableName: string | null;
+  readonly current: boolean;
+  readonly setColumns: readonly string[];
+  readonly whereColumns: readonly string[];
+  /** The refusal report's SELECT of the rows named by `where` (placeholders: the where values). */
+  readonly seenSql: string;
+}
+
+/** Compiled statements per dialect, keyed by shape; bounded (cleared when full: the shapes are few). */
+const compiledUpdates = new WeakMap<object, Map<string, CompiledUpdate>>();
+const COMPILED_MAX = 1000;
+
+function compileUpdate<Db>(d: SqlDialect<Db>, update: FencedUpdate, setNames: readonly string[], whereNames: readonly string[]): CompiledUpdate {
   const ident = (field: string, value: string): string => d.quote(checkSqlIdentifier(field, value, d.identifierMax));
   const tableName = (field: string, table: string): string => {
     const parts = typeof table === 'string' ? table.split('.') : [];
@@ -85,44 +102,104 @@ async function fencedUpdateOnce<Db>(dialect: SqlDialect<Db>, db: Db, token: Fenc
   const leaseTableName = update.leaseTable === undefined ? 'tenure_leases' : update.leaseTable;
   const leaseTable = leaseTableName === null ? null : tableName('leaseTable', leaseTableName);
   const current = checkTermCheck(update.termCheck, leaseTableName) === 'current';
-  const setEntries = checkRowValues('set', update.set ?? {}, d.nulRefusal);
-  const whereEntries = checkRowValues('where', update.where, d.nulRefusal);
-  checkSetColumns(setEntries, [tokenColumnName, leaseColumnName]);
-  if (whereEntries.length === 0) throw new InvalidArgumentError('where', 'expected at least one column = value condition');
-  const whereColumns = whereEntries.map(([col]) => ident('where', col));
-  const setColumns = setEntries.map(([col]) => ident('set', col));
+  checkSetColumns(
+    setNames.map((c) => [c, null]),
+    [tokenColumnName, leaseColumnName],
+  );
+  if (whereNames.length === 0) throw new InvalidArgumentError('where', 'expected at least one column = value condition');
+  const whereColumns = whereNames.map((col) => ident('where', col));
+  const setColumns = setNames.map((col) => ident('set', col));
 
   // Placeholders in the order of the text: MySQL and SQLite bind `?` by position. The token and
   // lease columns are assigned last (MySQL evaluates SET left to right), and every dialect
-  // evaluates WHERE on the row's previous values.
-  const values: unknown[] = [];
-  const param = (v: unknown): string => {
-    values.push(v);
-    return d.placeholder(values.length);
-  };
-  const sets = setEntries.map(([, v], i) => `${setColumns[i]} = ${param(d.bind(v))}`);
-  sets.push(`${tokenColumn} = ${d.term(param(token.term))}`);
-  if (leaseColumn) sets.push(`${leaseColumn} = ${d.lease(param(token.lease))}`);
-  const conds = whereEntries.map(([, v], i) => `${whereColumns[i]} = ${param(d.bind(v))}`);
-  conds.push(`(${tokenColumn} IS NULL OR ${tokenColumn} <= ${d.term(param(token.term))})`);
-  if (leaseColumn) conds.push(`(${leaseColumn} IS NULL OR ${d.leaseEquals(leaseColumn, d.lease(param(token.lease)))})`);
-  if (leaseTable) conds.push(`${d.term(param(token.term))} ${current ? '=' : '<='} (SELECT l.term FROM ${leaseTable} AS l WHERE l.name = ${d.lease(param(token.lease))})`);
+  // evaluates WHERE on the row's previous values. The values follow the same order (updateValues).
+  let n = 0;
+  const param = (): string => d.placeholder(++n);
+  const sets = setColumns.map((c) => `${c} = ${param()}`);
+  sets.push(`${tokenColumn} = ${d.term(param())}`);
+  if (leaseColumn) sets.push(`${leaseColumn} = ${d.lease(param())}`);
+  const conds = whereColumns.map((c) => `${c} = ${param()}`);
+  conds.push(`(${tokenColumn} IS NULL OR ${tokenColumn} <= ${d.term(param())})`);
+  if (leaseColumn) conds.push(`(${leaseColumn} IS NULL OR ${d.leaseEquals(leaseColumn, d.lease(param()))})`);
+  if (leaseTable) conds.push(`${d.term(param())} ${current ? '=' : '<='} (SELECT l.term FROM ${leaseTable} AS l WHERE l.name = ${d.lease(param())})`);
   const sql = `UPDATE ${table} SET ${sets.join(', ')} WHERE ${conds.join(' AND ')}`;
-  const updated = await explained(d, () => d.update(db, sql, values), leaseColumnName, leaseTableName);
+  const seenWhere = whereColumns.map((c, i) => `${c} = ${d.placeholder(i + 1)}`).join(' AND ');
+  const seenSql = `SELECT ${d.leaseRead(leaseColumn)} AS lease, max(${tokenColumn}) AS last FROM ${table} WHERE ${seenWhere} GROUP BY 1`;
+  return { sql, table, tokenColumn, leaseColumn, leaseColumnName, leaseTable, leaseTableName, current, setColumns, whereColumns, seenSql };
+}
+
+/**
+ * The shape of an update as one string: every option that changes the statement's text, joined
+ * by U+0001, with undefined (the default) and null (none) told apart. Null (not cached) when a
+ * part is not a string or holds U+0001 itself, so no two shapes share a key; such a part is
+ * refused by compileUpdate anyway.
+ */
+function shapeKey(update: FencedUpdate, setNames: readonly string[], whereNames: readonly string[]): string | null {
+  let key = '';
+  for (const v of [update.table, update.tokenColumn, update.leaseColumn, update.leaseTable, update.termCheck] as unknown[]) {
+    if (v === undefined) key += '\u0002\u0001';
+    else if (v === null) key += '\u0003\u0001';
+    else if (typeof v === 'string' && !v.includes('\u0001')) key += `${v}\u0001`;
+    else return null;
+  }
+  key += '\u0004';
+  for (const name of setNames) {
+    if (name.includes('\u0001')) return null;
+    key += `${name}\u0001`;
+  }
+  key += '\u0004';
+  for (const name of whereNames) {
+    if (name.includes('\u0001')) return null;
+    key += `${name}\u0001`;
+  }
+  return key;
+}
+
+async function fencedUpdateOnce<Db>(dialect: SqlDialect<Db>, db: Db, token: FencingToken, update: FencedUpdate): Promise<FencedUpdateResult> {
+  if (typeof dialect !== 'object' || dialect === null || typeof dialect.update !== 'function') {
+    throw new InvalidArgumentError('dialect', 'expected postgresDialect, mysqlDialect or sqliteDialect from tenure/fencing: fencedUpdate(dialect, db, token, update)');
+  }
+  if (typeof db !== 'object' || db === null) throw new InvalidArgumentError('db', `expected your ${dialect.name} client, pool or database`);
+  checkToken('token', token);
+  if (typeof update !== 'object' || update === null) throw new InvalidArgumentError('update', 'expected { table, set, where }');
+  const d = dialect;
+  const setEntries = checkRowValues('set', update.set ?? {}, d.nulRefusal);
+  const whereEntries = checkRowValues('where', update.where, d.nulRefusal);
+  const setNames = setEntries.map(([col]) => col);
+  const whereNames = whereEntries.map(([col]) => col);
+  const shape = shapeKey(update, setNames, whereNames);
+  let byShape = compiledUpdates.get(d);
+  if (!byShape) compiledUpdates.set(d, (byShape = new Map()));
+  let c = shape === null ? undefined : byShape.get(shape);
+  if (!c) {
+    c = compileUpdate(d, update, setNames, whereNames);
+    if (shape !== null) {
+      if (byShape.size >= COMPILED_MAX) byShape.clear();
+      byShape.set(shape, c);
+    }
+  }
+
+  const values: unknown[] = [];
+  for (const [, v] of setEntries) values.push(d.bind(v));
+  values.push(token.term);
+  if (c.leaseColumn) values.push(token.lease);
+  for (const [, v] of whereEntries) values.push(d.bind(v));
+  values.push(token.term);
+  if (c.leaseColumn) values.push(token.lease);
+  if (c.leaseTable) values.push(token.term, token.lease);
+  const updated = await explained(d, () => d.update(db, c.sql, values), c.leaseColumnName, c.leaseTableName);
   if (updated > 0) return { updated };
 
   // Nothing matched: no such row, or the update was refused. Only the report reads again; the
   // decision was made in the UPDATE itself.
-  values.length = 0;
-  const where = whereEntries.map(([, v], i) => `${whereColumns[i]} = ${param(d.bind(v))}`).join(' AND ');
-  const seen = await d.select(db, `SELECT ${d.leaseRead(leaseColumn)} AS lease, max(${tokenColumn}) AS last FROM ${table} WHERE ${where} GROUP BY 1`, values);
+  const seen = await d.select(db, c.seenSql, whereEntries.map(([, v]) => d.bind(v)));
   const rows: RowFence[] = seen.map((row) => ({ lease: leaseText(row.lease), last: termOf(row.last) }));
   let issued: number | null | undefined;
-  if (leaseTable && rows.length > 0) {
-    const l = await d.select(db, `SELECT term FROM ${leaseTable} WHERE name = ${d.lease(d.placeholder(1))}`, [token.lease]);
+  if (c.leaseTable && rows.length > 0) {
+    const l = await d.select(db, `SELECT term FROM ${c.leaseTable} WHERE name = ${d.lease(d.placeholder(1))}`, [token.lease]);
     issued = termOf(l[0]?.term);
   }
-  const refusal = rowRefusal(token, update.table, rows, issued, current);
+  const refusal = rowRefusal(token, update.table, rows, issued, c.current);
   if (refusal) throw refusal;
   return { updated: 0 };
 }

@@ -44,13 +44,15 @@ export {
   type MessageVerdict,
   type MessageLedger,
   type LedgerStep,
+  type LedgerBatchState,
+  type LedgerBatchStep,
   type MessageCounts,
   type FencedConsumerOptions,
   type SqlMessageLedger,
   type SqlMessageLedgerOptions,
 } from './messages.js';
-export { FENCED_JETSTREAM_CONSUMER, publishFencedNats, publishFencedJetStream, handleJetStreamMessage, consumeFencedJetStream, handleNatsMessage } from './nats.js';
-export type { NatsHeaders, NatsPublisher, JetStreamPublisher, NatsMessage, JetStreamMessage, FencedNatsPublishOptions } from './nats.js';
+export { FENCED_JETSTREAM_CONSUMER, FENCED_JETSTREAM_CONSUMER_BY_ID, publishFencedNats, publishFencedJetStream, handleJetStreamMessage, consumeFencedJetStream, handleNatsMessage } from './nats.js';
+export type { NatsHeaders, NatsPublisher, JetStreamPublisher, NatsMessage, JetStreamMessage, FencedNatsPublishOptions, FencedJetStreamOptions, ConsumeFencedJetStreamOptions } from './nats.js';
 export { publishFencedAmqp, handleAmqpMessage } from './amqp.js';
 export type { AmqpChannel, AmqpMessage, AmqpConsumerChannel, AmqpPublishOptions, FencedAmqpPublishOptions } from './amqp.js';
 export { publishFencedMqtt, fencedMqttAcks, MQTT_REFUSED_REASON } from './mqtt.js';

@@ -166,6 +166,30 @@ export interface MessageLedger<Tx> {
   run<T>(consumer: string, group: string, step: (tx: Tx, mark: MessageMark | null) => Promise<LedgerStep<T>>): Promise<T>;
   /** The latest term issued for `group`, when the ledger can see the lease table (undefined: not checked). */
   issued?(tx: Tx, group: string): Promise<number | null | undefined>;
+  /**
+   * Dedupe by id (FencedConsumer with `dedupe: 'id'`): one transaction for a batch of messages.
+   * Read and lock the mark of (`consumer`, `group`) as `run` does, read which of `positions` are
+   * recorded as applied, call `step`, record the positions it applied and the mark it returns,
+   * commit; roll back and rethrow when anything throws.
+   */
+  runBatch?<T>(consumer: string, group: string, positions: readonly number[], step: (tx: Tx, state: LedgerBatchState) => Promise<LedgerBatchStep<T>>): Promise<T>;
+  /**
+   * Forget the applied positions of (`consumer`, `group`) at or below `upTo` (id dedupe only):
+   * call it with a position the broker will never deliver again (JetStream: the consumer's
+   * `ack_floor.stream_seq`). Resolves to the number forgotten.
+   */
+  forget?(consumer: string, group: string, upTo: number): Promise<number>;
+}
+
+/** What a batch step reads: the mark (locked until commit) and which of the batch's positions are already applied. */
+export interface LedgerBatchState {
+  readonly mark: MessageMark | null;
+  readonly applied: ReadonlySet<number>;
+}
+
+/** What a batch step hands back: its value, the mark to record, and the positions it applied (recorded with the term each carried). */
+export interface LedgerBatchStep<T> extends LedgerStep<T> {
+  readonly recorded: readonly MessageMark[];
 }
 
 /** What a ledger step hands back: its value, and the mark to record (none: the mark stays). */
@@ -210,6 +234,28 @@ export interface FencedConsumerOptions<Tx, M> {
   readonly apply: (tx: Tx, message: M, fence: { readonly token: FencingToken; readonly position: number }) => Promise<void>;
   /** Told of every message not applied (duplicate, stale, invalid), after it was counted. */
   readonly onSkip?: (verdict: Exclude<MessageVerdict, { outcome: 'applied' }>, message: M) => void;
+  /**
+   * How a redelivery is recognised. `position` (default): by its position at or below the last
+   * applied one, which holds only when messages arrive in order, redeliveries included (one
+   * outstanding on JetStream; any broker). `id`: by its position recorded as applied, in the same
+   * transaction as the apply (the ledger's `runBatch`), so many messages may be in flight and
+   * arrive in any order; for brokers whose position is a durable id of the message (JetStream's
+   * stream sequence: FENCED_JETSTREAM_CONSUMER_BY_ID). The messages waiting while a transaction
+   * runs are applied together in the next one (at most `maxBatch`), one commit for all.
+   */
+  readonly dedupe?: 'position' | 'id';
+  /** With `dedupe: 'id'`, the most messages applied in one transaction (1..1000, default 100). */
+  readonly maxBatch?: number;
+}
+
+/** The largest `maxBatch`: a batch's positions travel in one statement. */
+const MAX_BATCH_LIMIT = 1000;
+
+interface Pending<M> {
+  readonly message: M;
+  readonly meta: MessageMetadata;
+  readonly resolve: (v: MessageVerdict) => void;
+  readonly reject: (err: unknown) => void;
 }
 
 /**
@@ -221,7 +267,14 @@ export class FencedConsumer<Tx, M = unknown> {
   readonly group: string;
   readonly consumer: string;
   readonly counts: MessageCounts = { applied: 0, duplicate: 0, stale: 0, invalid: 0 };
+  /** How a redelivery is recognised (see FencedConsumerOptions.dedupe). */
+  readonly dedupe: 'position' | 'id';
+  /** With `dedupe: 'id'`, the most messages applied in one transaction. */
+  readonly maxBatch: number;
   private readonly options: FencedConsumerOptions<Tx, M>;
+  /** `dedupe: 'id'`: the messages waiting for the next batch, and whether a batch is running. */
+  private pending: Pending<M>[] = [];
+  private draining = false;
   private queue: Promise<unknown> = Promise.resolve();
   /** The message whose apply failed, until it is handled again: later messages are refused meanwhile. */
   private failed: { readonly token: string; readonly position: number; readonly error: unknown } | null = null;
@@ -234,6 +287,15 @@ export class FencedConsumer<Tx, M = unknown> {
       throw new InvalidArgumentError('ledger', 'expected a MessageLedger such as sqlMessageLedger(postgresDialect, client)');
     }
     if (typeof options.apply !== 'function') throw new InvalidArgumentError('apply', 'expected async (tx, message, fence) => { … }');
+    const dedupe = options.dedupe ?? 'position';
+    if (dedupe !== 'position' && dedupe !== 'id') throw new InvalidArgumentError('dedupe', `expected 'position' or 'id', got ${JSON.stringify(dedupe)}`);
+    if (dedupe === 'id' && typeof options.ledger.runBatch !== 'function') {
+      throw new InvalidArgumentError('ledger', "has no runBatch: dedupe 'id' needs a ledger that records applied ids (sqlMessageLedger, memoryMessageLedger)");
+    }
+    const maxBatch = options.maxBatch ?? 100;
+    if (!Number.isSafeInteger(maxBatch) || maxBatch < 1 || maxBatch > MAX_BATCH_LIMIT) throw new InvalidArgumentError('maxBatch', `expected an integer in [1, ${MAX_BATCH_LIMIT}], got ${String(maxBatch)}`);
+    this.dedupe = dedupe;
+    this.maxBatch = maxBatch;
     this.options = options;
   }
 
@@ -246,6 +308,12 @@ export class FencedConsumer<Tx, M = unknown> {
    * RabbitMQ after the requeue, MQTT when the client reconnects its persistent session).
    */
   handle(message: M, meta: MessageMetadata): Promise<MessageVerdict> {
+    if (this.dedupe === 'id') {
+      return new Promise<MessageVerdict>((resolve, reject) => {
+        this.pending.push({ message, meta, resolve, reject });
+        if (!this.draining) void this.drain();
+      });
+    }
     const run = this.queue.then(
       () => this.handleNow(message, meta),
       () => this.handleNow(message, meta),
@@ -312,6 +380,118 @@ export class FencedConsumer<Tx, M = unknown> {
     return this.skip(verdict, message);
   }
 
+  /** `dedupe: 'id'`: one batch transaction at a time, each taking what arrived meanwhile. */
+  private async drain(): Promise<void> {
+    this.draining = true;
+    try {
+      while (this.pending.length > 0) {
+        const batch = this.pending.splice(0, this.maxBatch);
+        try {
+          await this.applyBatch(batch);
+        } catch (err) {
+          if (batch.length === 1) {
+            batch[0]!.reject(err);
+            continue;
+          }
+          // Nothing of the batch was committed: apply each alone, so that only the failing one fails.
+          for (const item of batch) {
+            try {
+              await this.applyBatch([item]);
+            } catch (one) {
+              item.reject(one);
+            }
+          }
+        }
+      }
+    } finally {
+      this.draining = false;
+    }
+  }
+
+  /**
+   * One ledger transaction for `batch`: every message's verdict decided in it, against the locked
+   * mark and the positions recorded as applied; the applied ones recorded with the mark; each
+   * settled only after the commit. Throws (nothing settled, nothing committed) when an apply or
+   * the ledger fails.
+   */
+  private async applyBatch(batch: readonly Pending<M>[]): Promise<void> {
+    const { ledger, apply } = this.options;
+    const valid: { item: Pending<M>; fence: { token: FencingToken; position: number } }[] = [];
+    for (const item of batch) {
+      try {
+        valid.push({ item, fence: readMessageFence(this.group, item.meta) });
+      } catch (err) {
+        if (!(err instanceof InvalidArgumentError)) {
+          item.reject(err);
+          continue;
+        }
+        item.resolve(this.skip({ outcome: 'invalid', reason: err.message, error: err }, item.message));
+      }
+    }
+    if (valid.length === 0) return;
+    const start = performance.now();
+    let verdicts: MessageVerdict[];
+    try {
+      verdicts = await ledger.runBatch!(
+        this.consumer,
+        this.group,
+        valid.map((v) => v.fence.position),
+        async (tx, { mark, applied }): Promise<LedgerBatchStep<MessageVerdict[]>> => {
+          let term = mark?.term ?? 0;
+          let position = mark?.position ?? 0;
+          const recorded: MessageMark[] = [];
+          const done = new Set<number>();
+          // The group's latest issued term, read once per batch (only when a message raises the term).
+          let issued: { readonly term: number | null | undefined } | null = null;
+          const out: MessageVerdict[] = [];
+          for (const { item, fence } of valid) {
+            const { token, position: pos } = fence;
+            if (applied.has(pos) || done.has(pos)) {
+              out.push({ outcome: 'duplicate', token, position: pos, reason: `already applied: position ${pos} is recorded as applied` });
+              continue;
+            }
+            if (token.term < term) {
+              const error = new StaleTermError(token.lease, token.term, term);
+              out.push({ outcome: 'stale', token, position: pos, error, reason: `stale fencing token: term ${token.term} < ${term} for group ${token.lease} (a deposed leader's late publish)` });
+              continue;
+            }
+            if (ledger.issued && token.term > term) {
+              issued ??= { term: await ledger.issued(tx, this.group) };
+              const latest = issued.term;
+              if (latest !== undefined && token.term > (latest ?? 0)) {
+                const error = new InvalidArgumentError(FENCING_TOKEN_HEADER, `term ${token.term} was never issued for group ${token.lease} (latest ${latest ?? 0})`);
+                out.push({ outcome: 'invalid', reason: error.message, error });
+                continue;
+              }
+            }
+            await apply(tx, item.message, fence);
+            done.add(pos);
+            recorded.push({ term: token.term, position: pos });
+            term = token.term;
+            position = Math.max(position, pos);
+            out.push({ outcome: 'applied', token, position: pos });
+          }
+          return { value: out, recorded, ...(recorded.length > 0 ? { advance: { term, position } } : {}) };
+        },
+      );
+    } catch (err) {
+      reportFencedWrite({ path: 'message', lease: this.group, ms: performance.now() - start, outcome: 'error' });
+      throw err;
+    }
+    const ms = performance.now() - start;
+    valid.forEach(({ item }, i) => {
+      const verdict = verdicts[i]!;
+      reportFencedWrite({ path: 'message', lease: this.group, ms, outcome: verdict.outcome === 'stale' ? 'stale' : 'ok' });
+      if (verdict.outcome === 'applied') {
+        this.counts.applied++;
+        item.resolve(verdict);
+        return;
+      }
+      if (verdict.outcome === 'stale') refuse(verdict.error, 'message', 'guard');
+      item.resolve(this.skip(verdict, item.message));
+    });
+  }
+
   private skip(verdict: Exclude<MessageVerdict, { outcome: 'applied' }>, message: M): MessageVerdict {
     this.counts[verdict.outcome]++;
     try {
@@ -331,12 +511,29 @@ export class FencedConsumer<Tx, M = unknown> {
  */
 export function memoryMessageLedger(): MessageLedger<null> {
   const marks = new Map<string, MessageMark>();
+  const appliedIds = new Map<string, Set<number>>();
+  const keyOf = (consumer: string, group: string): string => JSON.stringify([checkName('consumer', consumer), checkName('group', group)]);
   return {
     async run<T>(consumer: string, group: string, step: (tx: null, mark: MessageMark | null) => Promise<LedgerStep<T>>): Promise<T> {
-      const key = JSON.stringify([checkName('consumer', consumer), checkName('group', group)]);
+      const key = keyOf(consumer, group);
       const { value, advance } = await step(null, marks.get(key) ?? null);
       if (advance) marks.set(key, { term: advance.term, position: advance.position });
       return value;
+    },
+    async runBatch<T>(consumer: string, group: string, positions: readonly number[], step: (tx: null, state: LedgerBatchState) => Promise<LedgerBatchStep<T>>): Promise<T> {
+      const key = keyOf(consumer, group);
+      const ids = appliedIds.get(key) ?? new Set<number>();
+      const { value, advance, recorded } = await step(null, { mark: marks.get(key) ?? null, applied: new Set(positions.filter((p) => ids.has(p))) });
+      for (const r of recorded) ids.add(r.position);
+      appliedIds.set(key, ids);
+      if (advance) marks.set(key, { term: advance.term, position: advance.position });
+      return value;
+    },
+    async forget(consumer: string, group: string, upTo: number): Promise<number> {
+      const ids = appliedIds.get(keyOf(consumer, group));
+      let n = 0;
+      for (const p of ids ?? []) if (p <= upTo && ids!.delete(p)) n++;
+      return n;
     },
   };
 }
@@ -352,6 +549,11 @@ export interface SqlMessageLedgerOptions {
    * then an unissued term is not detected).
    */
   readonly leaseTable?: string | null;
+  /**
+   * The table of applied positions for consumers with `dedupe: 'id'` (default: the ledger
+   * table's name + `_applied`, so `tenure_message_fences_applied`); `createTable` makes it too.
+   */
+  readonly appliedTable?: string;
 }
 
 interface PgPoolLike {
@@ -399,6 +601,8 @@ export interface SqlMessageLedger<Db> extends MessageLedger<Db> {
   createTable(): Promise<void>;
   /** The ledger table's DDL, for a migration of your own. */
   readonly ddl: string;
+  /** The applied-positions table's DDL (`dedupe: 'id'`), for a migration of your own. */
+  readonly appliedDdl: string;
 }
 
 /**
@@ -414,12 +618,15 @@ export function sqlMessageLedger<Db>(dialect: SqlDialect<Db>, db: Db, options: S
   }
   if (typeof db !== 'object' || db === null) throw new InvalidArgumentError('db', `expected your ${dialect.name} connection, pool or database`);
   const d = dialect;
-  const table = tableIdent(d, 'table', options.table ?? 'tenure_message_fences');
+  const tableName = options.table ?? 'tenure_message_fences';
+  const table = tableIdent(d, 'table', tableName);
+  const applied = tableIdent(d, 'appliedTable', options.appliedTable ?? `${tableName}_applied`);
   const leaseTable = options.leaseTable === undefined || options.leaseTable === null ? null : tableIdent(d, 'leaseTable', options.leaseTable);
   const p = (i: number): string => d.placeholder(i);
   const key = d.name === 'mysql' ? 'VARBINARY(800)' : 'TEXT';
   const big = d.name === 'sqlite' ? 'INTEGER' : 'BIGINT';
   const ddl = `CREATE TABLE IF NOT EXISTS ${table} (consumer ${key} NOT NULL, lease ${key} NOT NULL, term ${big} NOT NULL, pos ${big} NOT NULL, PRIMARY KEY (consumer, lease))`;
+  const appliedDdl = `CREATE TABLE IF NOT EXISTS ${applied} (consumer ${key} NOT NULL, lease ${key} NOT NULL, pos ${big} NOT NULL, term ${big} NOT NULL, PRIMARY KEY (consumer, lease, pos))`;
   const insertIgnore =
     d.name === 'postgres'
       ? `INSERT INTO ${table} (consumer, lease, term, pos) VALUES (${p(1)}, ${p(2)}, 0, 0) ON CONFLICT DO NOTHING`
@@ -439,6 +646,12 @@ export function sqlMessageLedger<Db>(dialect: SqlDialect<Db>, db: Db, options: S
     if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError('mark', `expected a whole number in [0, 2^53), got ${String(n)}`);
     return String(n);
   };
+  /** A pg simple query of several statements: each one's rows. */
+  const pgAll = async (conn: Db, sql: string): Promise<(readonly Record<string, unknown>[])[]> => {
+    const res = (await (conn as unknown as { query(text: string): Promise<unknown> }).query(sql)) as { rows: Record<string, unknown>[] } | { rows: Record<string, unknown>[] }[];
+    return Array.isArray(res) ? res.map((r) => r.rows ?? []) : [res.rows];
+  };
+  const positionsOf = (rows: readonly Record<string, unknown>[]): Set<number> => new Set(rows.map((r) => termValue(r.pos)));
   /** A pg simple query of several statements: the last one's rows. */
   const pgLast = async (conn: Db, sql: string): Promise<readonly Record<string, unknown>[]> => {
     const res = (await (conn as unknown as { query(text: string): Promise<unknown> }).query(sql)) as { rows: Record<string, unknown>[] } | { rows: Record<string, unknown>[] }[];
@@ -505,10 +718,113 @@ export function sqlMessageLedger<Db>(dialect: SqlDialect<Db>, db: Db, options: S
     }
   }
 
+  /**
+   * One batch's transaction (`dedupe: 'id'`). PostgreSQL: two round trips with the applies' own
+   * (BEGIN, the mark locked, the batch's applied positions read; then the positions recorded, the
+   * mark advanced, COMMIT). The positions are read after the mark is locked: every batch of this
+   * consumer and group records its positions under that lock, so none is missed.
+   */
+  async function runBatchOn<T>(conn: Db, consumer: string, group: string, positions: readonly number[], step: (tx: Db, state: LedgerBatchState) => Promise<LedgerBatchStep<T>>): Promise<T> {
+    const pg = d.name === 'postgres';
+    const mine = pg ? `consumer = ${pgText(consumer)} AND lease = ${pgText(group)}` : '';
+    const idsSql = pg
+      ? `SELECT pos FROM ${applied} WHERE ${mine} AND pos IN (${positions.map(pgInt).join(', ')})`
+      : `SELECT pos FROM ${applied} WHERE consumer = ${p(1)} AND lease = ${p(2)} AND pos IN (${positions.map((_, i) => p(i + 3)).join(', ')})${d.name === 'mysql' ? ' LOCK IN SHARE MODE' : ''}`;
+    const readIds = async (): Promise<Set<number>> => (pg ? positionsOf(await pgLast(conn, idsSql)) : positionsOf(await d.select(conn, idsSql, [consumer, group, ...positions])));
+    let begun = false;
+    try {
+      let rows: readonly Record<string, unknown>[];
+      let ids: Set<number>;
+      if (pg) {
+        begun = true;
+        const res = await pgAll(conn, `BEGIN; SELECT term, pos FROM ${table} WHERE ${mine} FOR UPDATE; ${idsSql}`);
+        rows = res[1] ?? [];
+        ids = positionsOf(res[2] ?? []);
+      } else {
+        await begin(conn);
+        begun = true;
+        rows = await d.select(conn, selectMark, [consumer, group]);
+        ids = rows.length === 0 ? new Set() : await readIds();
+      }
+      if (rows.length === 0) {
+        // The first batch of this consumer and group: make the row, lock it, then read the positions under the lock.
+        await d.update(conn, insertIgnore, [consumer, group]);
+        rows = await d.select(conn, selectMark, [consumer, group]);
+        ids = await readIds();
+      }
+      const { value, advance, recorded } = await step(conn, { mark: markOf(rows), applied: ids });
+      if (pg) {
+        const parts: string[] = [];
+        if (recorded.length > 0) parts.push(`INSERT INTO ${applied} (consumer, lease, pos, term) VALUES ${recorded.map((r) => `(${pgText(consumer)}, ${pgText(group)}, ${pgInt(r.position)}, ${pgInt(r.term)})`).join(', ')}`);
+        if (advance) parts.push(`UPDATE ${table} SET term = ${pgInt(advance.term)}, pos = ${pgInt(advance.position)} WHERE ${mine}`);
+        parts.push('COMMIT');
+        await pgLast(conn, parts.join('; '));
+      } else {
+        if (recorded.length > 0) {
+          const values: unknown[] = [];
+          const tuples = recorded.map((r) => {
+            values.push(consumer, group, r.position, r.term);
+            const n = values.length;
+            return `(${p(n - 3)}, ${p(n - 2)}, ${d.term(p(n - 1))}, ${d.term(p(n))})`;
+          });
+          await d.update(conn, `INSERT INTO ${applied} (consumer, lease, pos, term) VALUES ${tuples.join(', ')}`, values);
+        }
+        if (advance) await d.update(conn, update, [advance.term, advance.position, consumer, group]);
+        await commit(conn);
+      }
+      return value;
+    } catch (err) {
+      if (begun) await rollback(conn);
+      throw err;
+    }
+  }
+
+  /** Run `fn` on a connection of its own when `db` is a pool (released after; a failed pg client is not reused). */
+  async function onConnection<T>(fn: (conn: Db) => Promise<T>): Promise<T> {
+    if (d.name === 'postgres' && isPgPool(raw)) {
+      const client = await raw.connect();
+      let broken = false;
+      try {
+        return await fn(client as unknown as Db);
+      } catch (err) {
+        broken = true;
+        throw err;
+      } finally {
+        client.release(broken);
+      }
+    }
+    if (d.name === 'mysql' && isMysqlPool(raw)) {
+      const conn = await raw.getConnection();
+      try {
+        return await fn(conn as unknown as Db);
+      } finally {
+        conn.release();
+      }
+    }
+    return fn(db);
+  }
+
   return {
     ddl,
+    appliedDdl,
     async createTable() {
       await d.update(db, ddl, []);
+      await d.update(db, appliedDdl, []);
+    },
+    async runBatch<T>(consumer: string, group: string, positions: readonly number[], step: (tx: Db, state: LedgerBatchState) => Promise<LedgerBatchStep<T>>): Promise<T> {
+      checkName('consumer', consumer);
+      checkName('group', group);
+      if (!Array.isArray(positions) || positions.length === 0 || positions.length > MAX_BATCH_LIMIT) {
+        throw new InvalidArgumentError('positions', `expected 1..${MAX_BATCH_LIMIT} positions, got ${Array.isArray(positions) ? positions.length : typeof positions}`);
+      }
+      for (const pos of positions) pgInt(pos);
+      return onConnection((conn) => runBatchOn(conn, consumer, group, positions, step));
+    },
+    async forget(consumer: string, group: string, upTo: number): Promise<number> {
+      checkName('consumer', consumer);
+      checkName('group', group);
+      pgInt(upTo);
+      return d.update(db, `DELETE FROM ${applied} WHERE consumer = ${d.lease(p(1))} AND lease = ${d.lease(p(2))} AND pos <= ${d.term(p(3))}`, [consumer, group, upTo]);
     },
     async run<T>(consumer: string, group: string, step: (tx: Db, mark: MessageMark | null) => Promise<LedgerStep<T>>): Promise<T> {
       checkName('consumer', consumer);

@@ -98,6 +98,16 @@ export async function publishFencedJetStream(js: JetStreamPublisher, subject: st
  */
 export const FENCED_JETSTREAM_CONSUMER = Object.freeze({ ack_policy: 'explicit', max_ack_pending: 1 } as const);
 
+/**
+ * The JetStream consumer settings for a FencedConsumer with `dedupe: 'id'`: explicit acks and up
+ * to 256 messages outstanding. The ledger records each applied message's stream sequence in the
+ * apply's transaction, so a redelivery is recognised by its own sequence, whatever arrived
+ * before it, and the messages that arrive while one transaction runs are applied together in the
+ * next. Messages may then apply out of stream order after a redelivery (the term check still
+ * holds: a message below the highest applied term is never applied).
+ */
+export const FENCED_JETSTREAM_CONSUMER_BY_ID = Object.freeze({ ack_policy: 'explicit', max_ack_pending: 256 } as const);
+
 /** A header's value: undefined when absent, an array when repeated (refused as such). */
 function header(h: NatsHeaders | undefined, key: string): string | string[] | undefined {
   if (!h || !h.has(key)) return undefined;
@@ -137,19 +147,56 @@ export async function handleJetStreamMessage<Tx, M extends JetStreamMessage>(con
   return verdict;
 }
 
+export interface ConsumeFencedJetStreamOptions<M> extends FencedJetStreamOptions {
+  /** Stop (the message in hand nak'ed) when this aborts. */
+  readonly signal?: AbortSignal;
+  /** Told of each message's verdict after it was settled (acknowledged or terminated). */
+  readonly onSettled?: (verdict: MessageVerdict, message: M) => void;
+}
+
 /**
  * Consume a JetStream consumer's messages (`await (await js.consumers.get(stream, durable)).consume()`)
- * through `consumer`, one at a time, until the iterator ends or `signal` aborts. An apply that
- * throws stops the loop (its message nak'ed) with that error.
+ * through `consumer` until the iterator ends or `signal` aborts: one at a time (`dedupe:
+ * 'position'`), or with up to twice the consumer's `maxBatch` handed to it at once (`dedupe:
+ * 'id'`: it applies them in batches). An apply that throws stops the loop (its message nak'ed)
+ * with that error, once the messages already handed over are settled.
  */
-export async function consumeFencedJetStream<Tx, M extends JetStreamMessage>(messages: AsyncIterable<M>, consumer: FencedConsumer<Tx, M>, options: FencedJetStreamOptions & { readonly signal?: AbortSignal } = {}): Promise<void> {
-  for await (const msg of messages) {
-    if (options.signal?.aborted) {
-      msg.nak();
-      return;
+export async function consumeFencedJetStream<Tx, M extends JetStreamMessage>(messages: AsyncIterable<M>, consumer: FencedConsumer<Tx, M>, options: ConsumeFencedJetStreamOptions<M> = {}): Promise<void> {
+  const settled = (verdict: MessageVerdict, msg: M): void => {
+    try {
+      options.onSettled?.(verdict, msg);
+    } catch {
+      // the caller's report is not the consumer's failure
     }
-    await handleJetStreamMessage(consumer, msg, options);
+  };
+  if (consumer.dedupe !== 'id') {
+    for await (const msg of messages) {
+      if (options.signal?.aborted) {
+        msg.nak();
+        return;
+      }
+      settled(await handleJetStreamMessage(consumer, msg, options), msg);
+    }
+    return;
   }
+  const limit = consumer.maxBatch * 2;
+  const inFlight = new Set<Promise<void>>();
+  let failure: { readonly error: unknown } | null = null;
+  for await (const msg of messages) {
+    if (failure || options.signal?.aborted) {
+      msg.nak();
+      break;
+    }
+    const p: Promise<void> = handleJetStreamMessage(consumer, msg, options).then(
+      (verdict) => settled(verdict, msg),
+      (error: unknown) => void (failure ??= { error }),
+    );
+    inFlight.add(p);
+    void p.finally(() => inFlight.delete(p));
+    if (inFlight.size >= limit) await Promise.race(inFlight);
+  }
+  await Promise.all(inFlight);
+  if (failure) throw (failure as { readonly error: unknown }).error;
 }
 
 /**

@@ -15,7 +15,7 @@
  * Every check is in the statement that writes (safety rule 5): nothing here reads, decides in
  * JavaScript, then writes. The reads after a refusal only explain it.
  */
-import { InvalidArgumentError, StaleTermError, checkName, checkSqlIdentifier, checkToken } from '../core/index.js';
+import { InvalidArgumentError, RetryTransactionError, StaleTermError, checkName, checkSqlIdentifier, checkToken } from '../core/index.js';
 import type { FencingToken } from '../core/index.js';
 import { leaseLabel, refuse, timeFencedWrite } from './context.js';
 import type { SqlDialect } from './dialects.js';
@@ -368,6 +368,12 @@ export async function createIfMissing<Db>(dialect: SqlDialect<Db>, db: Db, ddl: 
  *
  * Without a transaction (autocommit) the key would commit before the command: a crash between
  * them leaves a key with no outcome, which a repeat reports as an error rather than a result.
+ *
+ * RetryTransactionError (code `RETRY_TRANSACTION`) when a concurrent transaction got in the way
+ * of the claim: under PostgreSQL's REPEATABLE READ or SERIALIZABLE, a duplicate committed after
+ * this transaction's snapshot was taken (serialization failure); a deadlock or lock wait timeout
+ * on the key; the claimed row removed before it could be read. Roll back and run the whole
+ * transaction again: the retry reads the first outcome (or applies, if the first rolled back).
  */
 export async function applyOnce<Db, R extends StoredOutcome | undefined>(
   dialect: SqlDialect<Db>,
@@ -390,16 +396,26 @@ export async function applyOnce<Db, R extends StoredOutcome | undefined>(
   // Claim the key. PostgreSQL: a failed statement aborts the transaction, so DO NOTHING; MySQL:
   // the duplicate's error only undoes that statement (ON DUPLICATE KEY cannot tell "matched" from
   // "inserted" under mysql2's FOUND_ROWS), SQLite: DO NOTHING.
+  // A concurrent transaction in the way (PostgreSQL above READ COMMITTED: the other claim is
+  // committed but not in this snapshot, 40001; a deadlock; a lock wait timeout) is the caller's
+  // transaction to run again, not a bad argument.
+  const retry = (err: unknown, what: string): RetryTransactionError =>
+    new RetryTransactionError(`applyOnce: key ${JSON.stringify(key)} ${what}: roll back and run the transaction again (nothing of it may be committed)`, err === undefined ? undefined : { cause: err });
   let claimed: boolean;
-  if (d.name === 'mysql') {
-    try {
-      claimed = (await explained(p, () => d.update(db, `INSERT INTO ${table} (idem_key) VALUES (${p1})`, [key]), missingHint)) > 0;
-    } catch (err) {
-      if ((err as { errno?: unknown }).errno !== 1062 /* ER_DUP_ENTRY */) throw err;
-      claimed = false;
+  try {
+    if (d.name === 'mysql') {
+      try {
+        claimed = (await explained(p, () => d.update(db, `INSERT INTO ${table} (idem_key) VALUES (${p1})`, [key]), missingHint)) > 0;
+      } catch (err) {
+        if ((err as { errno?: unknown }).errno !== 1062 /* ER_DUP_ENTRY */) throw err;
+        claimed = false;
+      }
+    } else {
+      claimed = (await explained(p, () => d.update(db, `INSERT INTO ${table} (idem_key) VALUES (${keyParam}) ON CONFLICT (idem_key) DO NOTHING`, [key]), missingHint)) > 0;
     }
-  } else {
-    claimed = (await explained(p, () => d.update(db, `INSERT INTO ${table} (idem_key) VALUES (${keyParam}) ON CONFLICT (idem_key) DO NOTHING`, [key]), missingHint)) > 0;
+  } catch (err) {
+    if (d.contended(err)) throw retry(err, `was claimed by a concurrent transaction this one conflicts with (${String((err as { code?: unknown }).code ?? (err as { errno?: unknown }).errno)})`);
+    throw err;
   }
 
   if (!claimed) {
@@ -408,9 +424,16 @@ export async function applyOnce<Db, R extends StoredOutcome | undefined>(
     // new snapshot per statement (READ COMMITTED), and under REPEATABLE READ its ON CONFLICT above
     // already failed with a serialization error when the row is not visible.
     const lock = d.name === 'mysql' ? ' LOCK IN SHARE MODE' : '';
-    const rows = await d.select(db, `SELECT outcome FROM ${table} WHERE idem_key = ${keyParam}${lock}`, [key]);
+    let rows: readonly Record<string, unknown>[];
+    try {
+      rows = await d.select(db, `SELECT outcome FROM ${table} WHERE idem_key = ${keyParam}${lock}`, [key]);
+    } catch (err) {
+      if (d.contended(err)) throw retry(err, `is held by a concurrent transaction this one conflicts with (${String((err as { code?: unknown }).code ?? (err as { errno?: unknown }).errno)})`);
+      throw err;
+    }
     if (rows.length === 0) {
-      throw new InvalidArgumentError('key', `key ${JSON.stringify(key)} was claimed by a transaction whose row this one cannot see; retry the transaction`);
+      // The claim met a row that is gone by the time it is read (deleted and committed meanwhile).
+      throw retry(undefined, 'was claimed by a transaction whose row this one no longer sees (removed meanwhile)');
     }
     const stored = rows[0]?.outcome;
     if (stored === null || stored === undefined) {

@@ -1,5 +1,5 @@
 export { Lock } from './lock.js';
-export type { LockOptions, AcquireOptions, LockHandle } from './lock.js';
+export type { LockOptions, AcquireOptions, LockHandle, LockHandleEvents } from './lock.js';
 export { Redlock, RedlockLock, RedlockTimeoutError, redlockDefaults } from './redlock.js';
 export type { RedlockOptions, RedlockAcquireOptions, RedlockHandle } from './redlock.js';
 export { quorumCounter, redisCounter, storeLeaseClock, sequenceClock } from './redlock-fencing.js';
@@ -7,3 +7,5 @@ export type { GenerationClock, GenerationContext, QuorumCounterOptions, QuorumCo
 export type { QuorumKeys } from './redlock-instance.js';
 export { openRedlock, parseRedlockUrl } from './redlock-url.js';
 export type { RedlockUrl } from './redlock-url.js';
+export { Semaphore, ReadWriteLock, maxPermits } from './semaphore.js';
+export type { Acquirable, SemaphoreOptions, ReadWriteLockOptions } from './semaphore.js';

@@ -3,9 +3,10 @@
  * Built on LeaderElector, so it inherits the deadline rule: `handle.signal` aborts before the
  * lease could expire if renewals stop succeeding.
  */
-import { LockTimeoutError, NotLeaderError, TenureError, checkMs, limits, systemClock } from '../core/index.js';
-import type { Clock, FencingToken, LeaseMeta, Random, Store, TimingOptions } from '../core/index.js';
+import { LockTimeoutError, NotLeaderError, TenureError, TypedEmitter, checkMs, limits, systemClock } from '../core/index.js';
+import type { Clock, FencingToken, LeaseMeta, Logger, Random, Store, TimingOptions } from '../core/index.js';
 import { LeaderElector } from '../election/index.js';
+import type { DeposedReason } from '../election/index.js';
 import { runFenced } from '../fencing/context.js';
 
 export interface LockOptions extends TimingOptions {
@@ -14,6 +15,16 @@ export interface LockOptions extends TimingOptions {
   meta?: LeaseMeta;
   clock?: Clock;
   random?: Random;
+  /** A pino-compatible logger: one structured line per transition of each handle (acquired, suspended, recovered, lost, released). */
+  logger?: Logger;
+  /**
+   * Lock-delay (as Consul's), ms, default 0: after an involuntary loss (the holder vanished, paused
+   * or was cut off from the store, so its lease lapsed rather than being released), nobody can
+   * take the lock for this long past the instant the holder's `signal` aborted at the latest. The
+   * store keeps the lease ttl + lockDelayMs from each renew, by its own clock; the holder's own
+   * deadline stays at ttl - margin. A release never delays. ttlMs + lockDelayMs <= 24 h.
+   */
+  lockDelayMs?: number;
 }
 
 export interface AcquireOptions {
@@ -27,14 +38,89 @@ export interface AcquireOptions {
   waitMs?: number;
 }
 
+/** What a held lock reports: the same transitions as a leader's. */
+export interface LockHandleEvents {
+  /** A renew failed as "maybe": still held for `remainingMs`, the deadline unchanged. */
+  suspended: { term: number; error: Error; remainingMs: number };
+  /** A renew succeeded again before the deadline: same term. */
+  recovered: { term: number; suspendedMs: number; remainingMs: number };
+  /** The lock was lost (deadline passed, taken over, a stale rejection): `signal` has aborted. Not emitted on release. */
+  lost: { term: number; reason: DeposedReason };
+}
+
 export interface LockHandle extends AsyncDisposable {
   readonly name: string;
   readonly token: FencingToken;
   readonly term: number;
   /** Aborts when the lock is lost (deadline passed without renewal, or taken over). */
   readonly signal: AbortSignal;
+  /** True until the lock is lost or released. */
+  readonly held: boolean;
+  /** True once the lock was lost (deadline passed, taken over, a stale rejection); false after a release. */
+  readonly lost: boolean;
+  /** True while held and the last renew failed as "maybe": the lock holds only until its deadline. */
+  readonly suspended: boolean;
+  /**
+   * Time left on the lock's validity, ms: the last successful acquire or renew's send time + ttl
+   * - margin (safety rule 2), minus now; never negative, 0 once lost or released.
+   */
+  remainingMs(): number;
+  on<K extends keyof LockHandleEvents & string>(event: K, listener: (payload: LockHandleEvents[K]) => void): this;
+  once<K extends keyof LockHandleEvents & string>(event: K, listener: (payload: LockHandleEvents[K]) => void): this;
+  off<K extends keyof LockHandleEvents & string>(event: K, listener: (payload: LockHandleEvents[K]) => void): this;
   /** Release the lock. Idempotent. */
   release(): Promise<void>;
+}
+
+/** A held lock: its elector's leadership, seen as a handle. */
+class HeldLock extends TypedEmitter<LockHandleEvents> implements LockHandle {
+  readonly term: number;
+  private released: Promise<void> | null = null;
+  private wasLost = false;
+
+  constructor(
+    readonly name: string,
+    readonly token: FencingToken,
+    readonly signal: AbortSignal,
+    private readonly elector: LeaderElector,
+  ) {
+    super();
+    this.term = token.term;
+    elector.on('suspended', (e) => this.emit('suspended', e));
+    elector.on('recovered', (e) => this.emit('recovered', e));
+    // A lost lock is not re-acquired behind the holder's back: stop campaigning.
+    elector.once('deposed', ({ term, reason }) => {
+      void elector.stop();
+      if (reason !== 'stopped') {
+        this.wasLost = true;
+        this.emit('lost', { term, reason });
+      }
+    });
+  }
+
+  get held(): boolean {
+    return !this.signal.aborted;
+  }
+
+  get lost(): boolean {
+    return this.wasLost;
+  }
+
+  get suspended(): boolean {
+    return !this.signal.aborted && this.elector.suspended;
+  }
+
+  remainingMs(): number {
+    return this.signal.aborted ? 0 : this.elector.remainingMs();
+  }
+
+  release(): Promise<void> {
+    return (this.released ??= this.elector.stop());
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
 }
 
 export class Lock {
@@ -47,7 +133,7 @@ export class Lock {
     this.name = name;
     this.options = options;
     // Validate eagerly so bad input fails at construction, not at first acquire.
-    new LeaderElector({ ...options, store, group: name });
+    new LeaderElector({ ...options, store, group: name, transfers: false });
   }
 
   /**
@@ -56,9 +142,32 @@ export class Lock {
    * waiting cannot fix (a StoreDataError for a lease whose term tenure cannot use).
    */
   acquire(options: AcquireOptions = {}): Promise<LockHandle> {
+    return this.attempt(options, null);
+  }
+
+  /**
+   * One attempt, no wait: the handle when the lock was free and is now held, `null` when another
+   * holder has it. Rejects with the store's StoreUnavailableError when that one attempt got no
+   * answer to go by (the store may still have granted it: a grant nobody renews lapses at its
+   * TTL), with the signal's reason on abort, and with a fault as `acquire` does.
+   */
+  async tryAcquire(options: { signal?: AbortSignal } = {}): Promise<LockHandle | null> {
+    const outage: { error: Error | null } = { error: null };
+    try {
+      return await this.attempt({ ...options, waitMs: 0 }, outage);
+    } catch (err) {
+      if (!(err instanceof LockTimeoutError)) throw err;
+      if (outage.error) throw outage.error;
+      return null;
+    }
+  }
+
+  /** acquire's body; `outage` (tryAcquire's) records the last "store unavailable" an attempt got. */
+  private attempt(options: AcquireOptions, outage: { error: Error | null } | null): Promise<LockHandle> {
     const { signal, waitMs } = options;
     if (waitMs !== undefined) checkMs('waitMs', waitMs, 0, limits.ttlMaxMs);
-    const elector = new LeaderElector({ ...this.options, store: this.store, group: this.name });
+    // Nobody hands a lock over: no hand-over hint to read after each win.
+    const elector = new LeaderElector({ ...this.options, store: this.store, group: this.name, transfers: false });
     return new Promise<LockHandle>((resolve, reject) => {
       let settled = false;
       let cancelTimer = (): void => {};
@@ -71,7 +180,11 @@ export class Lock {
       // A fault (see LeaderElector: a lease row tenure cannot use, a store that broke its
       // contract) is not worth waiting out: the acquire fails with it. An outage is waited out.
       const onStoreError = ({ operation, error }: { operation: string; error: Error }): void => {
-        if (operation === 'release' || (error instanceof TenureError && error.code === 'STORE_UNAVAILABLE')) return;
+        if (operation === 'release') return;
+        if (error instanceof TenureError && error.code === 'STORE_UNAVAILABLE') {
+          if (outage && operation === 'acquire') outage.error = error;
+          return;
+        }
         fail(error);
       };
       const onAbort = (): void => fail(signal?.reason ?? new LockTimeoutError(this.name, waitMs ?? 0));
@@ -103,18 +216,7 @@ export class Lock {
           reject(new NotLeaderError(`lock ${this.name} was lost as it was acquired`));
           return;
         }
-        // A lost lock is not re-acquired behind the holder's back: stop campaigning.
-        elector.once('deposed', () => void elector.stop());
-        let released: Promise<void> | null = null;
-        const release = (): Promise<void> => (released ??= elector.stop());
-        resolve({
-          name: this.name,
-          token,
-          term: token.term,
-          signal: leaderSignal,
-          release,
-          [Symbol.asyncDispose]: release,
-        });
+        resolve(new HeldLock(this.name, token, leaderSignal, elector));
       });
       elector.start();
     });

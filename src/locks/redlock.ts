@@ -32,6 +32,7 @@ import {
   LockTimeoutError,
   NotLeaderError,
   StoreDataError,
+  TypedEmitter,
   checkMs,
   checkName,
   checkTtl,
@@ -52,7 +53,8 @@ import type { InstanceReply, QuorumKeys, QuorumReply } from './redlock-instance.
 type CountedReply = Exclude<QuorumReply, { kind: 'exhausted' }>;
 import { quorumCounter } from './redlock-fencing.js';
 import type { GenerationClock, GenerationContext } from './redlock-fencing.js';
-import type { AcquireOptions, LockHandle } from './lock.js';
+import type { AcquireOptions, LockHandle, LockHandleEvents } from './lock.js';
+import type { DeposedReason } from '../election/index.js';
 
 /** Defaults, in one place (README table). */
 export const redlockDefaults = {
@@ -416,14 +418,17 @@ export class RedlockLock {
   }
 }
 
-class HeldRedlock implements RedlockHandle {
+class HeldRedlock extends TypedEmitter<LockHandleEvents> implements RedlockHandle {
   readonly name: string;
+  /** When the first of the extensions failing since the last success failed, or null (not suspended). */
+  private suspendedAt: number | null = null;
   readonly term: number;
   private readonly controller = new AbortController();
   private deadline: number;
   private cancelDeadline: () => void = () => {};
   private cancelExtend: () => void = () => {};
   private released: Promise<void> | null = null;
+  private wasLost = false;
   private extending: Promise<boolean> | null = null;
   private readonly clock: Clock;
 
@@ -437,6 +442,7 @@ class HeldRedlock implements RedlockHandle {
     private readonly autoExtend: boolean,
     private readonly context: () => GenerationContext,
   ) {
+    super();
     this.name = resource;
     this.term = token.term;
     this.clock = redlock.timing.clock;
@@ -449,6 +455,19 @@ class HeldRedlock implements RedlockHandle {
     return this.controller.signal;
   }
 
+  get held(): boolean {
+    return !this.controller.signal.aborted;
+  }
+
+  get lost(): boolean {
+    return this.wasLost;
+  }
+
+  /** True while held and the last extension did not reach a quorum: the lock holds only until its validity ends. */
+  get suspended(): boolean {
+    return this.suspendedAt !== null && !this.controller.signal.aborted;
+  }
+
   remainingMs(): number {
     if (this.controller.signal.aborted) return 0;
     return Math.max(0, this.deadline - this.clock.now());
@@ -457,13 +476,18 @@ class HeldRedlock implements RedlockHandle {
   extend(ttlMs = this.ttlMs): Promise<boolean> {
     checkTtl('ttlMs', ttlMs);
     if (this.controller.signal.aborted) return Promise.resolve(false);
-    this.extending ??= this.extendOnce(ttlMs).finally(() => (this.extending = null));
+    this.extending ??= this.extendOnce(ttlMs)
+      .then((ok) => {
+        this.afterExtend(ok);
+        return ok;
+      })
+      .finally(() => (this.extending = null));
     return this.extending;
   }
 
   release(): Promise<void> {
     this.released ??= (async () => {
-      this.lose(`lock ${this.resource} term ${this.term} released`);
+      this.lose(`lock ${this.resource} term ${this.term} released`, 'stopped');
       await this.redlock.releaseEverywhere(this.resource, this.value, this.redlock.timeoutFor(this.ttlMs));
       // Compare-and-set on the holder's own value, so harmless if the clock already let go.
       await this.redlock.fencing.release?.(this.context(), this.term).catch(() => {});
@@ -482,7 +506,7 @@ class HeldRedlock implements RedlockHandle {
     const refused = replies.filter((r) => r.kind === 'refused').length;
     const n = replies.length;
     if (refused > n - this.redlock.quorum) {
-      this.lose(`lock ${this.resource} term ${this.term} lost: the key is gone or taken on ${refused} of ${n} servers`);
+      this.lose(`lock ${this.resource} term ${this.term} lost: the key is gone or taken on ${refused} of ${n} servers`, 'lost');
       return false;
     }
     if (granted < this.redlock.quorum) return false;
@@ -497,7 +521,7 @@ class HeldRedlock implements RedlockHandle {
       }
       if (this.controller.signal.aborted) return false;
       if (!kept) {
-        this.lose(`lock ${this.resource} term ${this.term} lost: the ${this.redlock.fencing.kind} generation clock no longer holds it`);
+        this.lose(`lock ${this.resource} term ${this.term} lost: the ${this.redlock.fencing.kind} generation clock no longer holds it`, 'lost');
         return false;
       }
     }
@@ -524,14 +548,31 @@ class HeldRedlock implements RedlockHandle {
   private armDeadline(): void {
     this.cancelDeadline();
     this.cancelDeadline = this.clock.setTimer(Math.max(0, this.deadline - this.clock.now()), () =>
-      this.lose(`lock ${this.resource} term ${this.term} lost: its validity ended before an extension reached a quorum`),
+      this.lose(`lock ${this.resource} term ${this.term} lost: its validity ended before an extension reached a quorum`, 'deadline'),
     );
   }
 
-  private lose(reason: string): void {
+  /** Suspended when an extension fails without losing the lock; recovered at the next that succeeds. The validity never moves for it. */
+  private afterExtend(ok: boolean): void {
+    if (this.controller.signal.aborted) return;
+    if (ok && this.suspendedAt !== null) {
+      const suspendedMs = this.clock.now() - this.suspendedAt;
+      this.suspendedAt = null;
+      this.emit('recovered', { term: this.term, suspendedMs, remainingMs: this.remainingMs() });
+    } else if (!ok && this.suspendedAt === null) {
+      this.suspendedAt = this.clock.now();
+      this.emit('suspended', { term: this.term, error: new Error(`lock ${this.resource}: an extension did not reach a quorum in time`), remainingMs: this.remainingMs() });
+    }
+  }
+
+  private lose(message: string, reason: DeposedReason): void {
     if (this.controller.signal.aborted) return;
     this.cancelDeadline();
     this.cancelExtend();
-    this.controller.abort(new NotLeaderError(reason));
+    this.controller.abort(new NotLeaderError(message));
+    if (reason !== 'stopped') {
+      this.wasLost = true;
+      this.emit('lost', { term: this.term, reason });
+    }
   }
 }

@@ -34,3 +34,42 @@ export class OffsetMismatchError extends TenureError {
     this.offset = offset;
   }
 }
+
+/**
+ * A job's item failed on every attempt it was allowed (`maxAttempts`): its handler threw on a
+ * worker, or the worker died or stalled with it, each time. The job stops here; the items done so
+ * far are in `results`. The last handler message, if any, is in the message and `lastError`.
+ */
+export class WorkFailedError extends TenureError {
+  readonly item: string;
+  readonly attempts: number;
+  readonly lastError: string | null;
+  /** Outputs of the items done before the job stopped, by item id. */
+  readonly results: ReadonlyMap<string, unknown>;
+  constructor(item: string, attempts: number, lastError: string | null, results: ReadonlyMap<string, unknown>) {
+    const why = lastError === null ? 'its worker died or stalled each time' : `last error: ${lastError}`;
+    super('WORK_FAILED', `work item ${JSON.stringify(item)} failed on all ${attempts} attempts (${why})`);
+    this.item = item;
+    this.attempts = attempts;
+    this.lastError = lastError;
+    this.results = results;
+  }
+}
+
+/**
+ * A broker follower (Model C) met a message it must not apply and must not skip: no fencing
+ * token, a malformed one, another group's, or a payload that is not UTF-8 text. The follower
+ * stops ON it: everything before it is applied and its offset saved, it is not acknowledged, and
+ * the next run meets it again. What was wrong is `reason` (and `cause`, the parser's error).
+ */
+export class InvalidMessageError extends TenureError {
+  readonly partition: string;
+  readonly offset: number;
+  readonly reason: string;
+  constructor(partition: string, offset: number, reason: string, cause?: unknown) {
+    super('INVALID_MESSAGE', `message at offset ${offset} of partition ${JSON.stringify(partition)} refused, the follower stops on it: ${reason}`, { cause });
+    this.partition = partition;
+    this.offset = offset;
+    this.reason = reason;
+  }
+}

@@ -4,13 +4,15 @@
  * so a follower killed at any instant resumes from the last committed batch: no entry applied
  * twice, none skipped.
  *
- * The Store interface has no push for streams, so the follower polls: while the log has more it
- * reads page after page at once; when it has caught up it waits `pollMs` (or until `wake()`).
+ * While the log has more it reads page after page at once; when it has caught up it waits for the
+ * store's push (`Store.watchStream`: PostgreSQL NOTIFY, Redis PUBLISH, an etcd watch, SQLite's
+ * data version) and reads at once when told of a new head. The poll every `pollMs` stays as the
+ * fallback (a store without push, such as MySQL, or a push lost with its connection).
  * It reads at most one page ahead: while a full page is applied, the next one is read, so memory
  * is bounded by two pages of `batchSize` entries whatever the leader's rate.
  */
 import { InvalidArgumentError, StoreDataError, TenureError, TypedEmitter, checkMs, checkName, limits } from '../core/index.js';
-import type { Store, StreamEntry } from '../core/index.js';
+import type { Store, StreamEntry, Unsubscribe } from '../core/index.js';
 import { ApplyError, OffsetMismatchError } from './errors.js';
 import type { FollowerSink } from './sinks.js';
 
@@ -33,8 +35,18 @@ export interface FollowerOptions<Tx> {
   readonly name?: string;
   /** Entries per transaction, at most: 1..10000 (default 500). Also the read page size. */
   readonly batchSize?: number;
-  /** Wait between reads once caught up, ms: 1..60000 (default 50). `wake()` cuts it short. */
+  /** Wait between reads once caught up, ms: 1..60000 (default 50). `wake()` and the store's push cut it short. */
   readonly pollMs?: number;
+  /**
+   * Listen to the store's push for the stream (`Store.watchStream`) where it has one (default
+   * true). False: poll only.
+   */
+  readonly push?: boolean;
+  /**
+   * Measure the lag in ms on the store's clock (`measureLag()`) this often while running, and emit
+   * `lag`, ms: 0 (never) or 10..3600000 (default 1000). Each measure is one or two store reads.
+   */
+  readonly lagEveryMs?: number;
   /** First wait after a store or sink failure, ms (doubles up to 5 s): 1..60000 (default 100). */
   readonly retryMs?: number;
   /** Consecutive failures of the store or sink before the follower gives up: 0..1000 (default 20). */
@@ -52,10 +64,27 @@ export interface FollowerLag {
   /**
    * How long the follower has been behind, ms, on this process's monotonic clock: 0 when the last
    * read found the end of the log with everything applied, else the time since that last
-   * happened (since start if it never did). Stream entries carry no append time, so this is not
-   * "age of the oldest unapplied entry on the store's clock".
+   * happened (since start if it never did).
    */
   readonly behindMs: number;
+  /**
+   * How stale the applied data may be, ms, on this process's monotonic clock: the time since the
+   * last read that found the end of the log was SENT, and `Infinity` until one did (a follower
+   * restarted on an old projection cannot bound its staleness before it has read to the end;
+   * "since start" let a chaos run route reads to such a follower, seconds stale). Unlike `behindMs`
+   * it is not 0 when caught up: "caught up" is as of that read, and a read that stalls (a store
+   * member down, a cut connection) must not leave the follower looking fresh. A LagAdvert
+   * publishes it as `lagMs`.
+   */
+  readonly staleMs: number;
+  /**
+   * Age of the oldest entry not yet applied, ms, both instants on the STORE's clock: the store's
+   * time (`Store.streamHead`) minus that entry's `appendedAt` (safety rule 1: never a local wall
+   * clock). 0 when caught up. As of the last `measureLag()` (run every `lagEveryMs`), and 0 as
+   * soon as a read finds everything applied. Null when not known: never measured, a store with
+   * no readable clock (etcd), or an entry without an append time.
+   */
+  readonly ms: number | null;
 }
 
 export interface FollowerEvents {
@@ -63,6 +92,8 @@ export interface FollowerEvents {
   applied: { readonly from: number; readonly to: number; readonly count: number; readonly ms: number };
   /** A read found nothing after the applied offset. Emitted on reaching the end, not on every idle poll. */
   'caught-up': { readonly seq: number };
+  /** The lag was measured (every `lagEveryMs`, or by `measureLag()`): entries behind and ms on the store's clock. */
+  lag: FollowerLag;
   /** A store or sink call failed; the follower waits `delayMs` and goes on from its saved offset. */
   retry: { readonly error: Error; readonly attempt: number; readonly delayMs: number };
   /** The follower stopped on an error (ApplyError, OffsetMismatchError, StoreDataError, ...). */
@@ -71,7 +102,7 @@ export interface FollowerEvents {
   stopped: { readonly seq: number };
 }
 
-const DEFAULTS = { batchSize: 500, pollMs: 50, retryMs: 100, maxRetries: 20 } as const;
+const DEFAULTS = { batchSize: 500, pollMs: 50, retryMs: 100, maxRetries: 20, lagEveryMs: 1000 } as const;
 const RETRY_MAX_MS = 5000;
 
 function positiveInt(field: string, value: unknown, min: number, max: number): number {
@@ -101,9 +132,16 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
   private appliedSeq = 0;
   private headSeq = 0;
   private headExact = false;
-  private caughtUpAt: number = performance.now();
+  private readonly createdAt = performance.now();
+  /** When the last read that found the end of the log was sent; null until one did. */
+  private caughtUpAt: number | null = null;
   private wakeUp: (() => void) | null = null;
   private woken = false;
+  /** True while waiting for new entries (not while backing off after a failure). */
+  private idling = false;
+  private readonly push: boolean;
+  private readonly lagEveryMs: number;
+  private lagMs: number | null = null;
 
   constructor(options: FollowerOptions<Tx>) {
     super();
@@ -143,6 +181,10 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
     this.pollMs = checkMs('pollMs', options.pollMs ?? DEFAULTS.pollMs, 1, 60_000);
     this.retryMs = checkMs('retryMs', options.retryMs ?? DEFAULTS.retryMs, 1, 60_000);
     this.maxRetries = positiveInt('maxRetries', options.maxRetries ?? DEFAULTS.maxRetries, 0, 1000);
+    if (options.push !== undefined && typeof options.push !== 'boolean') throw new InvalidArgumentError('push', `expected true or false, got ${String(options.push)}`);
+    this.push = options.push ?? true;
+    const lagEveryMs = options.lagEveryMs ?? DEFAULTS.lagEveryMs;
+    this.lagEveryMs = lagEveryMs === 0 ? 0 : checkMs('lagEveryMs', lagEveryMs, 10, 3_600_000);
     const signal = options.signal;
     if (signal) {
       if (signal.aborted) this.stopper.abort();
@@ -159,7 +201,37 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
   lag(): FollowerLag {
     const entries = Math.max(0, this.headSeq - this.appliedSeq);
     const caughtUp = entries === 0 && this.headExact;
-    return { entries, atLeast: !this.headExact, behindMs: caughtUp ? 0 : performance.now() - this.caughtUpAt };
+    const now = performance.now();
+    const staleMs = this.caughtUpAt === null ? Infinity : now - this.caughtUpAt;
+    return { entries, atLeast: !this.headExact, behindMs: caughtUp ? 0 : now - (this.caughtUpAt ?? this.createdAt), staleMs, ms: caughtUp ? 0 : this.lagMs };
+  }
+
+  /**
+   * Measure the lag now: the stream's head and the store's time in one read (`Store.streamHead`),
+   * then the append time of the oldest entry not applied. Both instants come from the store's
+   * clock, so `ms` is right whatever this host's clock says. On a store without `streamHead`
+   * the entries come from the last read and `ms` is null. Emits `lag`; rejects with the store's
+   * error (the follower itself goes on).
+   */
+  async measureLag(): Promise<FollowerLag> {
+    const streamHead = this.store.streamHead;
+    if (typeof streamHead === 'function') {
+      const applied = this.appliedSeq;
+      const head = await streamHead.call(this.store, this.stream);
+      if (head.seq >= this.headSeq) {
+        this.headSeq = head.seq;
+        this.headExact = true;
+      }
+      if (head.seq <= applied) this.lagMs = 0;
+      else {
+        const [oldest] = await this.store.readStream(this.stream, { after: applied, limit: 1 });
+        // appendedAt 0: an entry written before the store recorded append times.
+        this.lagMs = oldest && oldest.appendedAt > 0 ? Math.max(0, head.nowMs - oldest.appendedAt) : null;
+      }
+    }
+    const lag = this.lag();
+    this.emit('lag', lag);
+    return lag;
   }
 
   /**
@@ -194,13 +266,60 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
     return this.stopper.signal.aborted;
   }
 
+  /** Subscribe to the store's push for the stream: a new head wakes an idle follower at once. */
+  private listen(): Unsubscribe | null {
+    if (!this.push || typeof this.store.watchStream !== 'function') return null;
+    try {
+      return this.store.watchStream(this.stream, (head) => {
+        if (typeof head !== 'number' || !Number.isSafeInteger(head)) return;
+        if (head >= this.headSeq) {
+          this.headSeq = head;
+          this.headExact = true;
+        }
+        if (head <= this.appliedSeq) return;
+        // Read again at once if idle; if a read is in flight, the next idle turn does not wait.
+        this.woken = true;
+        if (this.idling) this.wakeUp?.();
+      });
+    } catch {
+      return null; // no push (a closed store says so on the first read): poll
+    }
+  }
+
+  /** Measure the lag every `lagEveryMs` while running, one measure at a time. */
+  private measureEvery(): () => void {
+    if (this.lagEveryMs === 0) return () => {};
+    let busy = false;
+    const timer = setInterval(() => {
+      if (busy || this.stopped) return;
+      busy = true;
+      this.measureLag()
+        .catch(() => {}) // a store failure shows on the follower's own reads
+        .finally(() => (busy = false));
+    }, this.lagEveryMs);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
   private async run(): Promise<void> {
+    const unwatch = this.listen();
+    const stopMeasuring = this.measureEvery();
+    try {
+      await this.follow();
+    } finally {
+      stopMeasuring();
+      unwatch?.();
+    }
+  }
+
+  private async follow(): Promise<void> {
     let failures = 0;
     let loaded = false;
     let lastTerm = 0;
     let announcedCaughtUp = false;
     // The next page, read while the current one is applied: one page ahead at most.
     let next: Promise<StreamEntry[]> | null = null;
+    let nextSentAt = 0;
     try {
       while (!this.stopped) {
         try {
@@ -210,13 +329,17 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
             lastTerm = await this.checkOffset(this.appliedSeq);
             loaded = true;
           }
+          // "Caught up" holds as of when the read was SENT (as a lease's deadline counts from the
+          // request, rule 2): whatever a slow answer took, entries committed after that may be missing.
+          const readSentAt = next ? nextSentAt : performance.now();
           const entries = await (next ?? this.store.readStream(this.stream, { after: this.appliedSeq, limit: this.batchSize }));
           next = null;
           failures = 0;
           if (entries.length === 0) {
-            this.headSeq = this.appliedSeq;
+            this.headSeq = Math.max(this.headSeq, this.appliedSeq);
             this.headExact = true;
-            this.caughtUpAt = performance.now();
+            this.caughtUpAt = readSentAt;
+            if (this.headSeq === this.appliedSeq) this.lagMs = 0;
             if (!announcedCaughtUp) this.emit('caught-up', { seq: this.appliedSeq });
             announcedCaughtUp = true;
             await this.idle();
@@ -228,6 +351,7 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
           this.headSeq = Math.max(this.headSeq, last.seq);
           this.headExact = entries.length < this.batchSize;
           if (!this.headExact) {
+            nextSentAt = performance.now();
             next = this.store.readStream(this.stream, { after: last.seq, limit: this.batchSize });
             next.catch(() => {}); // awaited (and reported) on the next turn, or dropped on stop
           }
@@ -237,7 +361,7 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
             await this.applyFn(entries, tx);
           });
           this.appliedSeq = last.seq;
-          if (this.headExact) this.caughtUpAt = performance.now();
+          if (this.headExact) this.caughtUpAt = readSentAt;
           this.emit('applied', { from: from + 1, to: last.seq, count: entries.length, ms: performance.now() - started });
         } catch (err) {
           if (err instanceof ApplyThrew) throw new ApplyError(this.stream, err.seq, err.error);
@@ -296,12 +420,17 @@ export class Follower<Tx> extends TypedEmitter<FollowerEvents> implements AsyncD
     return term;
   }
 
-  private idle(): Promise<void> {
+  private async idle(): Promise<void> {
     if (this.woken) {
       this.woken = false;
-      return Promise.resolve();
+      return;
     }
-    return this.sleep(this.pollMs);
+    this.idling = true;
+    try {
+      await this.sleep(this.pollMs);
+    } finally {
+      this.idling = false;
+    }
   }
 
   private sleep(ms: number): Promise<void> {

@@ -11,6 +11,9 @@ import { postgresBackend } from './postgres/backend.js';
 import { mysqlBackend } from './mysql/backend.js';
 import { redisBackend } from './redis/backend.js';
 import { etcdBackend } from './etcd/backend.js';
+import { raftBackend } from './raft/backend.js';
+import { zookeeperBackend } from './zookeeper/backend.js';
+import { azureBlobBackend } from './azure/backend.js';
 
 export const storeBackends = [
   sqliteBackend,
@@ -19,6 +22,9 @@ export const storeBackends = [
   mysqlBackend,
   redisBackend,
   etcdBackend,
+  raftBackend,
+  zookeeperBackend,
+  azureBlobBackend,
 ] as const;
 
 export type { StoreBackend, StoreUrl } from './backend.js';

@@ -11,9 +11,12 @@ import type { ChaosBackend } from './stores/types.js';
 import { etcdChaos } from './stores/etcd.js';
 import { mysqlChaos } from './stores/mysql.js';
 import { postgresChaos } from './stores/postgres.js';
+import { raftChaos } from './stores/raft.js';
 import { redisChaos } from './stores/redis.js';
 import { redlockChaos } from './stores/redlock.js';
 import { sqliteChaos } from './stores/sqlite.js';
+import { zookeeperChaos } from './stores/zookeeper.js';
+import { azureChaos } from './stores/azure.js';
 
 export type { ChaosBackend, ChaosInstance, ChaosStartContext, ChaosWorkload, FaultKind } from './stores/types.js';
 
@@ -24,6 +27,9 @@ export const chaosBackends: readonly ChaosBackend[] = [
   mysqlChaos,
   etcdChaos,
   redlockChaos,
+  raftChaos,
+  zookeeperChaos,
+  azureChaos,
 ];
 
 export function chaosBackend(name: string): ChaosBackend | undefined {

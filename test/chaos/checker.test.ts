@@ -6,8 +6,8 @@ import { describe, expect, it } from 'vitest';
 import type { StreamEntry } from '../../src/core/index.js';
 import { parseHistory, streamOf } from '../fixtures/chaos-history.js';
 import type { AppendRecord, ChaosPayload, HistoryRecord, Outcome } from '../fixtures/chaos-history.js';
-import { check, formatViolation } from './checker.js';
-import type { CheckInput, ViolationRule } from './checker.js';
+import { check, checkReplication, formatViolation } from './checker.js';
+import type { CheckInput, HeadObservation, ProjectionRow, ProjectionSample, ReplicationCheckInput, RouterRead, ViolationRule } from './checker.js';
 
 const G = 'g0';
 const T0 = 1_000_000;
@@ -38,7 +38,7 @@ class World {
     let seq: number | undefined;
     if (lands) {
       seq = this.stream.length + 1;
-      this.stream.push({ stream: streamOf(G), seq, lease: G, term, payload });
+      this.stream.push({ stream: streamOf(G), seq, lease: G, term, payload, appendedAt: 0 });
     }
     const rec: AppendRecord = {
       k: 'append',
@@ -194,7 +194,7 @@ describe('chaos checker', () => {
     late.elect('a~1', 1);
     const stalled = late.payload('a~1', 1, true); // taken first, sent after newer work
     late.append('a~1', 1, 'ok');
-    late.stream.push({ stream: streamOf(G), seq: 2, lease: G, term: 1, payload: stalled });
+    late.stream.push({ stream: streamOf(G), seq: 2, lease: G, term: 1, payload: stalled, appendedAt: 0 });
     expect(late.rules()).toEqual([]);
   });
 
@@ -243,5 +243,70 @@ describe('chaos checker', () => {
       w.stream.pop();
     }
     expect(w.rules()).toHaveLength(5);
+  });
+});
+
+describe('checkReplication: followers and the read router', () => {
+  /** A log of `n` entries of group g0, entry k appended at T0 + 100·k. */
+  const log = (n: number): StreamEntry[] =>
+    Array.from({ length: n }, (_, i) => ({ stream: streamOf(G), seq: i + 1, lease: G, term: i < 5 ? 1 : 2, payload: `p${i + 1}`, appendedAt: T0 + 100 * (i + 1) }));
+  const rows = (entries: readonly StreamEntry[]): ProjectionRow[] => entries.map((e) => ({ seq: e.seq, term: e.term, payload: e.payload }));
+  const sample = (at: number, total: number, added: ProjectionRow[], follower = 'f1'): ProjectionSample => ({ follower, group: G, at, total, rows: added });
+  /** The runner saw seq k committed at T0 + 100·k + 5. */
+  const heads = (n: number): HeadObservation[] => Array.from({ length: n }, (_, i) => ({ group: G, at: T0 + 100 * (i + 1) + 5, head: i + 1 }));
+  const read = (r: Partial<RouterRead>): RouterRead => ({ group: G, sentAt: T0 + 1000, maxLagMs: 300, role: 'follower', nodeId: 'f1', lagMs: 200, seq: 8, ...r });
+  const run = (input: Partial<ReplicationCheckInput>): ReturnType<typeof checkReplication> =>
+    checkReplication({ streams: new Map([[G, log(10)]]), samples: [], heads: heads(10), reads: [], slackMs: 50, ...input });
+
+  it('passes projections that grow as prefixes of the log, over several samples, and fresh enough reads', () => {
+    const l = log(10);
+    const r = run({
+      samples: [sample(T0 + 300, 3, rows(l.slice(0, 3))), sample(T0 + 600, 3, []), sample(T0 + 900, 7, rows(l.slice(3, 7))), sample(T0 + 2000, 10, rows(l.slice(7)))],
+      // seq 9 was first seen at T0 + 905: a read sent at T0 + 1000 with up to seq 8 is 95 ms behind, within 200 + 50.
+      reads: [read({}), read({ role: 'leader', nodeId: 'n1', lagMs: 0, seq: 10, sentAt: T0 + 1100 })],
+    });
+    expect(r.violations.map((v) => formatViolation(v))).toEqual([]);
+    expect(r.stats).toMatchObject({ applied: 10, reads: 2, followerReads: 1, behindReads: 1 });
+  });
+
+  it('fails a projection that skipped an entry (not a prefix)', () => {
+    const l = log(10);
+    const r = run({ samples: [sample(T0 + 300, 2, rows(l.slice(0, 2))), sample(T0 + 600, 4, rows([l[2]!, l[4]!]))] });
+    expect(r.violations.map((v) => v.rule)).toEqual(['projection-not-prefix']);
+    expect(r.violations[0]!.message).toMatch(/row 4 holds seq 5, where the log holds seq 4/);
+  });
+
+  it('fails a projection that applied an entry twice, one whose payload differs, and one ahead of the log', () => {
+    const l = log(10);
+    const twice = run({ samples: [sample(T0 + 300, 4, rows([l[0]!, l[1]!, l[2]!, l[2]!]))] });
+    expect(twice.violations.map((v) => v.message)).toEqual([expect.stringMatching(/row 4 holds seq 3/)]);
+    const other = run({ samples: [sample(T0 + 300, 2, [...rows([l[0]!]), { seq: 2, term: 1, payload: 'forged' }])] });
+    expect(other.violations.map((v) => v.message)).toEqual([expect.stringMatching(/row 2 holds seq 2 with payload forged/)]);
+    const ahead = run({ streams: new Map([[G, l.slice(0, 2)]]), samples: [sample(T0 + 300, 3, rows(l.slice(0, 3)))] });
+    expect(ahead.violations.map((v) => v.message)).toEqual([expect.stringMatching(/row 3 holds seq 3, but the log has only 2 entries/)]);
+  });
+
+  it('fails a projection that lost a row between two samples', () => {
+    const l = log(10);
+    const r = run({ samples: [sample(T0 + 300, 3, rows(l.slice(0, 3))), sample(T0 + 600, 3, rows(l.slice(3, 4)))] });
+    expect(r.violations.map((v) => v.rule)).toEqual(['projection-not-prefix']);
+    expect(r.violations[0]!.message).toMatch(/a row was taken back/);
+  });
+
+  it('fails a read staler than its claimed lag, and one served above its threshold', () => {
+    // Up to seq 4 at T0 + 1000: seq 5 was seen committed at T0 + 505, 495 ms earlier; claimed 200 (+ 50 slack).
+    const stale = run({ reads: [read({ seq: 4 })] });
+    expect(stale.violations.map((v) => v.rule)).toEqual(['stale-read']);
+    expect(stale.violations[0]!.message).toMatch(/up to seq 4, reported at most 200 ms stale .* seq 5 had been seen committed 495 ms before/);
+    const over = run({ reads: [read({ lagMs: 400 })] });
+    expect(over.violations.map((v) => v.message)).toEqual([expect.stringMatching(/threshold 300 ms was served by follower f1, which the router reported 400 ms stale/)]);
+    // A leader read is held to its claim (0) too.
+    const leader = run({ reads: [read({ role: 'leader', nodeId: 'n1', lagMs: 0, seq: 4 })] });
+    expect(leader.violations.map((v) => v.rule)).toEqual(['stale-read']);
+  });
+
+  it('does not count an entry seen committed only after the read was sent', () => {
+    const r = run({ reads: [read({ seq: 10, sentAt: T0 + 1004 })], heads: [...heads(10), { group: G, at: T0 + 3000, head: 11 }] });
+    expect(r.violations).toEqual([]);
   });
 });

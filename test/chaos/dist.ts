@@ -31,7 +31,7 @@ export function isBuilt(names: readonly string[]): boolean {
   return names.every((n) => existsSync(fixture(n)) && statSync(fixture(n)).mtimeMs >= sources);
 }
 
-export const chaosFixtures = ['chaos-node', 'chaos-sqlite-lock'] as const;
+export const chaosFixtures = ['chaos-node', 'chaos-follower', 'chaos-sqlite-lock'] as const;
 
 /**
  * Build dist/ when the chaos fixtures are missing or stale. tsc emits even when some file has a

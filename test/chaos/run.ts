@@ -1,6 +1,6 @@
 /**
- * npm run chaos -- --store sqlite|all [--duration 60s] [--seed N] [--nodes 5] [--groups 3] [--ttl MS] [--keep] [--quiet]
- *                   [--mutation forge-token]   (a deliberate bug: the run must then fail)
+ * npm run chaos -- --store sqlite|all [--duration 60s] [--seed N] [--nodes 5] [--groups 3] [--followers 3] [--ttl MS] [--keep] [--quiet]
+ *                   [--mutation forge-token|skip-entry]   (a deliberate bug: the run must then fail)
  *
  * Runs the chaos suite on one store or on every chaos backend (`all`), one after the other, and
  * prints one summary line per store:
@@ -13,10 +13,10 @@ import { parseDuration } from '../../src/core/index.js';
 import { chaosBackend, chaosBackends } from './backends.js';
 import type { ChaosBackend } from './backends.js';
 import { abortAllRuns, cleanUp, detailLines, failureReport, runChaos, summaryLine } from './runner.js';
-import type { ChaosResult } from './runner.js';
+import type { ChaosMutation, ChaosResult } from './runner.js';
 
 const usage =
-  'usage: npm run chaos -- --store NAME|all [--duration 60s] [--seed N] [--nodes 5] [--groups 3] [--ttl MS] [--keep] [--quiet] [--mutation forge-token]\n' +
+  'usage: npm run chaos -- --store NAME|all [--duration 60s] [--seed N] [--nodes 5] [--groups 3] [--followers 3] [--ttl MS] [--keep] [--quiet] [--mutation forge-token|skip-entry]\n' +
   `stores: ${chaosBackends.map((b) => b.name).join(', ')} (memory is one process only and has no chaos run)`;
 
 function fail(message: string): never {
@@ -49,6 +49,7 @@ async function main(): Promise<void> {
         seed: { type: 'string' },
         nodes: { type: 'string' },
         groups: { type: 'string' },
+        followers: { type: 'string' },
         ttl: { type: 'string' },
         keep: { type: 'boolean' },
         mutation: { type: 'string' },
@@ -78,9 +79,11 @@ async function main(): Promise<void> {
   const seed = integer('seed', values.seed, Date.now() % 1_000_000, 0, 2 ** 31 - 1);
   const nodes = integer('nodes', values.nodes, 5, 2, 50);
   const groups = integer('groups', values.groups, 3, 1, 50);
+  const followers = integer('followers', values.followers, 3, 0, 20);
   const ttlMs = values.ttl === undefined ? undefined : duration('ttl', values.ttl, 1500);
-  if (values.mutation !== undefined && values.mutation !== 'forge-token') fail(`--mutation must be forge-token, got '${values.mutation}'`);
-  const mutation = values.mutation === 'forge-token' ? 'forge-token' : undefined;
+  const mutations: readonly ChaosMutation[] = ['forge-token', 'skip-entry'];
+  const mutation = mutations.find((m) => m === values.mutation);
+  if (values.mutation !== undefined && mutation === undefined) fail(`--mutation must be forge-token or skip-entry, got '${values.mutation}'`);
   const log = values.quiet ? undefined : (line: string): void => void process.stdout.write(`${line}\n`);
 
   const results: ChaosResult[] = [];
@@ -95,7 +98,7 @@ async function main(): Promise<void> {
     if (backend.knownIssue) process.stdout.write(`chaos ${backend.name}: known issue (skipped in CI): ${backend.knownIssue}\n`);
     let result: ChaosResult;
     try {
-      result = await runChaos(backend, { durationMs, seed, nodes, groups, ttlMs, keep: values.keep, log, mutation });
+      result = await runChaos(backend, { durationMs, seed, nodes, groups, followers, ttlMs, keep: values.keep, log, mutation });
     } catch (err) {
       process.stdout.write(`chaos ${backend.name}: could not run (seed ${seed}): ${(err as Error).stack ?? String(err)}\n`);
       failed = true;

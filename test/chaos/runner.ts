@@ -13,13 +13,17 @@ import type { Random, StreamEntry } from '../../src/core/index.js';
 import { openStore } from '../../src/open.js';
 import { parseHistory, streamOf } from '../fixtures/chaos-history.js';
 import type { HistoryRecord } from '../fixtures/chaos-history.js';
+import type { ChaosFollowerConfig } from '../fixtures/chaos-follower.js';
 import type { ChaosNodeConfig, ChaosNodeMessage } from '../fixtures/chaos-node.js';
 import type { ChaosBackend, ChaosInstance, ChaosWorkload, FaultKind } from './backends.js';
-import { check, formatRecord, formatViolation } from './checker.js';
-import type { CheckResult, Violation } from './checker.js';
+import { check, checkReplication, formatRecord, formatViolation } from './checker.js';
+import type { CheckResult, ReplicationStats, Violation } from './checker.js';
+import { ReplicationObserver } from './observer.js';
 import { ensureBuilt, fixture } from './dist.js';
 import { FaultProxy } from './proxy/index.js';
 import { proxyFaults } from './stores/types.js';
+
+export type ChaosMutation = 'forge-token' | 'skip-entry';
 
 export interface ChaosOptions {
   /** Whole run, including warm-up and the quiet tail (at least TTL + 2 s long). */
@@ -35,9 +39,21 @@ export interface ChaosOptions {
   readonly keep?: boolean;
   /** Progress lines (default: none). */
   readonly log?: (line: string) => void;
-  /** Break the workload on purpose (see ChaosNodeConfig.mutation) to see the checker fail. */
-  readonly mutation?: 'forge-token';
+  /**
+   * Break the workload on purpose to see the checker fail: `forge-token` (the nodes, see
+   * ChaosNodeConfig.mutation) or `skip-entry` (the followers, see ChaosFollowerConfig.mutation).
+   */
+  readonly mutation?: ChaosMutation;
+  /**
+   * Follower processes (default 3): follower i tails group `g(i mod 2)` (g0 gets two when there
+   * are two groups or more), each into its own SQLite projection, with a lag advert; a
+   * ReadRouter serves reads from them during the run. 0: none.
+   */
+  readonly followers?: number;
 }
+
+/** Reads during the run are routed with this threshold, ms. */
+const READ_MAX_LAG_MS = 1000;
 
 export interface FaultEvent {
   readonly cycle: number;
@@ -62,75 +78,71 @@ export interface ChaosResult extends CheckResult {
   /** The run directory (removed after a clean run unless `keep`). */
   readonly dir: string;
   readonly kept: boolean;
+  /** What the followers and the read router did (null without followers). */
+  readonly replication: (ReplicationStats & { readonly followers: number; readonly unserved: number }) | null;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
 // ---- the node processes -------------------------------------------------------------------
 
-class NodeProc {
-  readonly id: string;
+/** A child process of the run (a campaigning node or a follower), started again after a kill. */
+abstract class ChildProc {
   restarts = -1;
   child: ChildProcess | null = null;
   state: 'running' | 'paused' | 'dead' = 'dead';
-  /** Groups this node last said it leads, with the term. */
-  readonly leading = new Map<string, number>();
+  /** One proxy per store endpoint (empty for embedded stores). */
+  proxies: FaultProxy[] = [];
   /** Set while the runner itself is killing or stopping the process. */
   private expectExit = false;
   private exited: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly cluster: Cluster,
+    protected readonly cluster: Cluster,
     readonly index: number,
-  ) {
-    this.id = `n${index + 1}`;
-  }
+    readonly id: string,
+  ) {}
 
   get proc(): string {
     return `${this.id}.${this.restarts}`;
   }
 
+  protected abstract readonly fixtureName: string;
+  /** The JSON config of the next incarnation (`restarts` already counts it). */
+  protected abstract config(): object;
+  /** A message from the current incarnation other than `ready` and `fatal`. */
+  protected onMessage(_m: { type: string }): void {}
+  /** The current incarnation is gone (or a new one starts). */
+  protected forget(): void {}
+
   /** Start a new incarnation; resolves when it reports ready (or dies). */
   start(): Promise<void> {
     this.restarts++;
     const c = this.cluster;
-    const config: ChaosNodeConfig = {
-      url: c.urlFor(this.index),
-      ...(c.workload === 'redlock' ? { workload: 'redlock' as const, streamUrl: c.streamUrlFor(this.index) } : {}),
-      node: this.id,
-      proc: this.proc,
-      groups: c.groups,
-      ttlMs: c.ttlMs,
-      history: join(c.historyDir, `${this.proc}.jsonl`),
-      seed: (c.seed * 1000 + this.index * 97 + this.restarts) >>> 0,
-      ...(c.mutation ? { mutation: c.mutation } : {}),
-    };
     const logFd = openSync(join(c.logDir, `${this.proc}.log`), 'a');
-    const child = spawn(process.execPath, [fixture('chaos-node'), JSON.stringify(config)], { stdio: ['ignore', logFd, logFd, 'ipc'] });
+    const child = spawn(process.execPath, [fixture(this.fixtureName), JSON.stringify(this.config())], { stdio: ['ignore', logFd, logFd, 'ipc'] });
     closeSync(logFd);
     this.child = child;
     this.state = 'running';
     this.expectExit = false;
-    this.leading.clear();
+    this.forget();
     const proc = this.proc;
     this.exited = new Promise((resolve) => {
       child.on('exit', (code, signal) => {
         if (this.child === child) {
           this.state = 'dead';
-          this.leading.clear();
+          this.forget();
         }
         if (!this.expectExit) c.crashed(proc, `exited by itself (code ${code}, signal ${signal})`);
         resolve();
       });
     });
     return new Promise((resolve) => {
-      child.on('message', (m: ChaosNodeMessage) => {
+      child.on('message', (m: { type: string; error?: string }) => {
         if (this.child !== child) return;
         if (m.type === 'ready') resolve();
-        else if (m.type === 'elected') this.leading.set(m.group, m.term);
-        else if (m.type === 'deposed') {
-          if (this.leading.get(m.group) === m.term) this.leading.delete(m.group);
-        } else if (m.type === 'fatal') c.crashed(proc, m.error);
+        else if (m.type === 'fatal') c.crashed(proc, m.error ?? 'fatal');
+        else this.onMessage(m);
       });
       void this.exited.then(() => resolve());
     });
@@ -151,11 +163,6 @@ class NodeProc {
     }
   }
 
-  /** Ask the node to give up what it leads now (it campaigns again after a renew interval). */
-  resign(): void {
-    if (this.child?.connected && this.state === 'running') this.child.send({ type: 'resign' });
-  }
-
   resume(): void {
     if (this.child && this.state === 'paused') {
       this.child.kill('SIGCONT');
@@ -163,7 +170,7 @@ class NodeProc {
     }
   }
 
-  /** Ask the node to stop (release, flush, exit); kill -9 after `graceMs`. */
+  /** Ask the process to stop (release, flush, exit); kill -9 after `graceMs`. */
   async stop(graceMs = 5000): Promise<void> {
     if (!this.child || this.state === 'dead') return;
     this.resume();
@@ -176,11 +183,83 @@ class NodeProc {
   }
 }
 
+class NodeProc extends ChildProc {
+  protected readonly fixtureName = 'chaos-node';
+  /** Groups this node last said it leads, with the term. */
+  readonly leading = new Map<string, number>();
+
+  constructor(cluster: Cluster, index: number) {
+    super(cluster, index, `n${index + 1}`);
+  }
+
+  protected config(): ChaosNodeConfig {
+    const c = this.cluster;
+    return {
+      url: c.urlFor(this),
+      ...(c.workload === 'redlock' ? { workload: 'redlock' as const, streamUrl: c.streamUrlFor(this) } : {}),
+      node: this.id,
+      proc: this.proc,
+      groups: c.groups,
+      ttlMs: c.ttlMs,
+      history: join(c.historyDir, `${this.proc}.jsonl`),
+      seed: (c.seed * 1000 + this.index * 97 + this.restarts) >>> 0,
+      ...(c.mutation === 'forge-token' ? { mutation: c.mutation } : {}),
+    };
+  }
+
+  protected override onMessage(m: ChaosNodeMessage): void {
+    if (m.type === 'elected') this.leading.set(m.group, m.term);
+    else if (m.type === 'deposed') {
+      if (this.leading.get(m.group) === m.term) this.leading.delete(m.group);
+    }
+  }
+
+  protected override forget(): void {
+    this.leading.clear();
+  }
+
+  /** Ask the node to give up what it leads now (it campaigns again after a renew interval). */
+  resign(): void {
+    if (this.child?.connected && this.state === 'running') this.child.send({ type: 'resign' });
+  }
+}
+
+/** The follower's poll once caught up, ms; the checker's slack for a claimed lag starts from it. */
+const FOLLOWER_POLL_MS = 50;
+
+/** A Model B follower of one group with its own SQLite projection, and its lag advert. */
+class FollowerProc extends ChildProc {
+  protected readonly fixtureName = 'chaos-follower';
+
+  constructor(
+    cluster: Cluster,
+    index: number,
+    readonly group: string,
+    readonly projection: string,
+  ) {
+    super(cluster, index, `f${index + 1}`);
+  }
+
+  protected config(): ChaosFollowerConfig {
+    const c = this.cluster;
+    return {
+      url: c.streamUrlFor(this),
+      id: this.id,
+      group: this.group,
+      projection: this.projection,
+      pollMs: FOLLOWER_POLL_MS,
+      advertTtlMs: c.ttlMs,
+      advertRefreshMs: Math.max(50, Math.floor(c.ttlMs / 6)),
+      seed: (c.seed * 1000 + 500 + this.index * 97 + this.restarts) >>> 0,
+      ...(c.mutation === 'skip-entry' ? { mutation: c.mutation } : {}),
+    };
+  }
+}
+
 class Cluster {
   readonly nodes: NodeProc[];
+  readonly followers: FollowerProc[];
   readonly crashes: { proc: string; error: string }[] = [];
-  /** Per node, one proxy per store endpoint (empty for embedded stores). */
-  readonly proxies: FaultProxy[][] = [];
 
   constructor(
     readonly instance: ChaosInstance,
@@ -189,32 +268,34 @@ class Cluster {
     readonly historyDir: string,
     readonly logDir: string,
     readonly seed: number,
-    readonly mutation: 'forge-token' | undefined,
+    readonly mutation: ChaosMutation | undefined,
     count: number,
     readonly workload: ChaosWorkload = 'elector',
+    followers: readonly { group: string; projection: string }[] = [],
   ) {
     this.nodes = Array.from({ length: count }, (_, i) => new NodeProc(this, i));
+    this.followers = followers.map((f, i) => new FollowerProc(this, i, f.group, f.projection));
+  }
+
+  get all(): ChildProc[] {
+    return [...this.nodes, ...this.followers];
   }
 
   async startProxies(): Promise<void> {
-    for (let i = 0; i < this.nodes.length; i++) {
-      const list: FaultProxy[] = [];
-      for (const target of this.instance.endpoints) list.push(await FaultProxy.start({ target, name: `n${i + 1}->${target.host}:${target.port}` }));
-      this.proxies.push(list);
+    for (const p of this.all) {
+      for (const target of this.instance.endpoints) p.proxies.push(await FaultProxy.start({ target, name: `${p.id}->${target.host}:${target.port}` }));
     }
   }
 
-  urlFor(index: number): string {
-    const proxies = this.proxies[index] ?? [];
-    return proxies.length > 0 ? this.instance.url(proxies.map((p) => p.endpoint)) : this.instance.url();
+  urlFor(p: ChildProc): string {
+    return p.proxies.length > 0 ? this.instance.url(p.proxies.map((x) => x.endpoint)) : this.instance.url();
   }
 
-  /** The fenced streams' store URL for a node (only for workloads whose `url` is not a store). */
-  streamUrlFor(index: number): string {
-    const proxies = this.proxies[index] ?? [];
+  /** The fenced streams' store URL for a process (differs from `urlFor` only for workloads whose `url` is not a store). */
+  streamUrlFor(p: ChildProc): string {
     const streamUrl = this.instance.streamUrl?.bind(this.instance);
-    if (!streamUrl) return this.urlFor(index);
-    return proxies.length > 0 ? streamUrl(proxies.map((p) => p.endpoint)) : streamUrl();
+    if (!streamUrl) return this.urlFor(p);
+    return p.proxies.length > 0 ? streamUrl(p.proxies.map((x) => x.endpoint)) : streamUrl();
   }
 
   crashed(proc: string, error: string): void {
@@ -228,13 +309,13 @@ class Cluster {
   }
 
   async stopAll(): Promise<void> {
-    await Promise.all(this.nodes.map((n) => n.stop()));
-    await Promise.all(this.proxies.flat().map((p) => p.close()));
+    await Promise.all(this.all.map((n) => n.stop()));
+    await Promise.all(this.all.flatMap((p) => p.proxies.splice(0)).map((p) => p.close()));
   }
 
   /** Last resort on any error: no process may stay stopped or alive. */
   emergency(): void {
-    for (const n of this.nodes) {
+    for (const n of this.all) {
       if (n.child && n.state !== 'dead') {
         n.child.kill('SIGCONT');
         n.child.kill('SIGKILL');
@@ -244,6 +325,11 @@ class Cluster {
 }
 
 // ---- the nemesis ----------------------------------------------------------------------------
+
+/** The faults a follower is given too (issue 23: pause, kill, cut connection; store faults hit everyone). */
+const followerFaults: readonly FaultKind[] = ['pause', 'kill', 'cut'];
+/** Of those faults, the share aimed at a follower. */
+const FOLLOWER_SHARE = 0.3;
 
 class Nemesis {
   readonly events: FaultEvent[] = [];
@@ -299,7 +385,7 @@ class Nemesis {
           chosen.push(this.inject(kind, null));
           continue;
         }
-        const target = this.pickNode(used, kind === 'pause' || kind === 'kill' || kind === 'resign' || proxyFaults.includes(kind));
+        const target = this.pickTarget(used, kind);
         if (target === null) continue;
         used.add(target.id);
         chosen.push(this.inject(kind, target));
@@ -314,6 +400,14 @@ class Nemesis {
    * come from their own random stream, so the schedule of faults (kinds, durations, rests) is
    * the same for a seed whoever happens to lead.
    */
+  private pickTarget(used: Set<string>, kind: FaultKind): ChildProc | null {
+    // Followers take their share of the faults they are meant to ride out; the draw is made only
+    // when there are followers, so a run without them keeps its schedule for a seed.
+    const followers = followerFaults.includes(kind) ? this.cluster.followers.filter((f) => f.state === 'running' && !used.has(f.id)) : [];
+    if (followers.length > 0 && this.aim.next() < FOLLOWER_SHARE) return this.pick(followers, this.aim);
+    return this.pickNode(used, kind === 'pause' || kind === 'kill' || kind === 'resign' || proxyFaults.includes(kind));
+  }
+
   private pickNode(used: Set<string>, preferLeader: boolean): NodeProc | null {
     const free = this.cluster.nodes.filter((n) => n.state === 'running' && !used.has(n.id));
     if (free.length === 0) return null;
@@ -329,12 +423,13 @@ class Nemesis {
     return e;
   }
 
-  private async inject(kind: FaultKind, node: NodeProc | null): Promise<void> {
+  private async inject(kind: FaultKind, node: ChildProc | null): Promise<void> {
     const ttl = this.ttlMs;
+    const leads = (): string => (node instanceof NodeProc ? `leads ${[...node.leading.keys()].join(',') || 'nothing'}` : `follows ${(node as FollowerProc).group}`);
     switch (kind) {
       case 'pause': {
         const ms = ttl + this.int(100, ttl);
-        const e = this.begin(kind, node!.id, `${ms} ms (leads ${[...node!.leading.keys()].join(',') || 'nothing'})`);
+        const e = this.begin(kind, node!.id, `${ms} ms (${leads()})`);
         node!.pause();
         try {
           await sleep(ms);
@@ -346,7 +441,7 @@ class Nemesis {
       }
       case 'kill': {
         const down = this.int(0, 1000);
-        const e = this.begin(kind, node!.id, `down ${down} ms (leads ${[...node!.leading.keys()].join(',') || 'nothing'})`);
+        const e = this.begin(kind, node!.id, `down ${down} ms (${leads()})`);
         await node!.kill();
         await sleep(down);
         e.healAt = Date.now();
@@ -356,8 +451,8 @@ class Nemesis {
       case 'resign': {
         // A graceful step-down: the leader releases, handing over where the store does (PostgreSQL,
         // etcd) to a waiting node, which may itself be paused or cut off by this cycle's other fault.
-        const e = this.begin(kind, node!.id, `(leads ${[...node!.leading.keys()].join(',') || 'nothing'})`);
-        node!.resign();
+        const e = this.begin(kind, node!.id, `(${leads()})`);
+        if (node instanceof NodeProc) node.resign();
         e.healAt = Date.now();
         return;
       }
@@ -391,7 +486,7 @@ class Nemesis {
         return;
       }
       case 'drop': {
-        const proxies = this.cluster.proxies[node!.index] ?? [];
+        const proxies = node!.proxies;
         const ms = this.int(Math.floor(ttl / 2), 2 * ttl);
         // Drawn up front: faults of one cycle run side by side, and their draws must not interleave.
         const gaps = Array.from({ length: Math.ceil(ms / 100) }, () => this.int(100, 400));
@@ -410,7 +505,7 @@ class Nemesis {
       case 'blackhole':
       case 'delay':
       case 'one-way': {
-        const proxies = this.cluster.proxies[node!.index] ?? [];
+        const proxies = node!.proxies;
         const ms = this.int(Math.floor(ttl / 2), 2 * ttl);
         const delayMs = this.int(20, Math.floor(ttl / 2));
         const direction = this.random.next() < 0.5 ? 'up' : 'down';
@@ -503,13 +598,27 @@ export async function runChaos(backend: ChaosBackend, options: ChaosOptions): Pr
 
   const instance = await backend.start({ dir, random: new SeededRandom(options.seed ^ 0x27d4eb2f), log });
   let cluster: Cluster | null = null;
+  let observer: ReplicationObserver | null = null;
   const run: { cluster: Cluster | null; instance: ChaosInstance } = { cluster: null, instance };
   active.add(run);
   try {
-    cluster = new Cluster(instance, groups, ttlMs, historyDir, logDir, options.seed, options.mutation, nodeCount, backend.workload);
+    const projectionDir = join(dir, 'projections');
+    mkdirSync(projectionDir);
+    const followers = Array.from({ length: options.followers ?? 3 }, (_, i) => ({
+      group: groups[i % Math.min(2, groups.length)]!,
+      projection: join(projectionDir, `f${i + 1}.db`),
+    }));
+    cluster = new Cluster(instance, groups, ttlMs, historyDir, logDir, options.seed, options.mutation, nodeCount, backend.workload, followers);
     run.cluster = cluster;
     await cluster.startProxies();
-    await Promise.all(cluster.nodes.map((n) => n.start()));
+    await Promise.all(cluster.all.map((n) => n.start()));
+    observer = new ReplicationObserver({
+      storeUrl: instance.streamUrl?.() ?? instance.url(),
+      followers: cluster.followers.map((f) => ({ id: f.id, group: f.group, projection: f.projection })),
+      maxLagMs: backend.readMaxLagMs ?? READ_MAX_LAG_MS,
+      everyMs: 50,
+    });
+    await observer.start();
 
     // Warm-up: every group has a leader, or give up waiting after a few TTLs.
     const warmUntil = Date.now() + 3 * ttlMs + 2000;
@@ -524,12 +633,20 @@ export async function runChaos(backend: ChaosBackend, options: ChaosOptions): Pr
     // The quiet tail: at least TTL + 1.5 s after the last heal, so the liveness window fits.
     await sleep(Math.max(startedAt + options.durationMs, (lastHealAt ?? 0) + ttlMs + 1500) - Date.now());
     const endAt = Date.now();
+    await observer.stop();
     await cluster.stopAll();
+    observer.finalSample();
 
     const streams = await readWholeStream(instance.streamUrl?.() ?? instance.url(), groups);
     const histories = readHistories(historyDir);
     const checked = check({ groups, streams, histories, ttlMs, lastHealAt, endAt });
     const violations: Violation[] = [...checked.violations];
+    let replication: ChaosResult['replication'] = null;
+    if (cluster.followers.length > 0) {
+      const r = checkReplication({ streams, samples: observer.samples, heads: observer.heads, reads: observer.reads, slackMs: FOLLOWER_POLL_MS + 100 });
+      violations.push(...r.violations);
+      replication = { ...r.stats, followers: cluster.followers.length, unserved: observer.unserved };
+    }
     for (const c of cluster.crashes) {
       violations.push({ rule: 'node-crashed', group: null, message: `${c.proc}: ${c.error}\n${logTail(logDir, c.proc)}`, entries: [], records: [] });
     }
@@ -551,11 +668,14 @@ export async function runChaos(backend: ChaosBackend, options: ChaosOptions): Pr
       restarts: cluster.nodes.reduce((s, n) => s + n.restarts, 0),
       dir,
       kept,
+      replication,
     };
   } catch (err) {
     cluster?.emergency();
     throw err;
   } finally {
+    await observer?.stop();
+    await observer?.close();
     if (cluster) await cluster.stopAll().catch(() => cluster?.emergency());
     await instance.stop();
     active.delete(run);
@@ -580,6 +700,12 @@ export function detailLines(r: ChaosResult): string[] {
     `  faults by kind: ${kinds}; node restarts ${r.restarts}; leader changes ${r.leaderChanges}`,
     `  late writes with an old token: ${r.late.rejected} fenced, ${r.late.ok} accepted (no newer term had written); ambiguous that landed ${r.ambiguousLanded}; store open retries ${r.openRetries}`,
     `  ${groups.join('; ')}`,
+    ...(r.replication
+      ? [
+          `  followers ${r.replication.followers}: ${r.replication.applied} rows applied, ${r.replication.samples} projection samples; ` +
+            `reads ${r.replication.reads} (${r.replication.followerReads} by followers, ${r.replication.behindReads} of them behind the head seen before; ${r.replication.unserved} unserved)`,
+        ]
+      : []),
   ];
 }
 

@@ -139,11 +139,21 @@ describe('tenure append, log and status', () => {
     expect(current.code).toBe(0);
     expect(current.stdout.trim()).toBe('3');
 
+    // A compare-and-set on the head: refused (exit 1, the current head named) unless it is N.
+    const moved = await tenure(box, ['append', '--stream', 'invoices', '--token', `billing#${t2}`, '--expect-seq', '2', 'behind']);
+    expect(moved.code).toBe(1);
+    expect(lines(moved.stderr)).toEqual([expect.stringContaining('version conflict on stream "invoices": expected version 2, the current version is 3')]);
+    expect((await tenure(box, ['append', '--stream', 'invoices', '--token', `billing#${t2}`, '--expect-seq', 'two', 'x'])).code).toBe(2);
+    const atHead = await tenure(box, ['append', '--stream', 'invoices', '--token', `billing#${t2}`, '--expect-seq', '3', 'at the head']);
+    expect(atHead.code).toBe(0);
+    expect(atHead.stdout.trim()).toBe('4');
+
     const text = await tenure(box, ['log', '--stream', 'invoices']);
     expect(lines(text.stdout)).toEqual([
       expect.stringMatching(new RegExp(`^\\s+1  billing#${t1}  first ${t1}$`)),
       expect.stringMatching(new RegExp(`^\\s+2  billing#${t2}  second ${t2}$`)),
       expect.stringMatching(new RegExp(`^\\s+3  billing#${t2}  from stdin$`)),
+      expect.stringMatching(new RegExp(`^\\s+4  billing#${t2}  at the head$`)),
     ]);
   });
 

@@ -2,6 +2,7 @@
  * `tenure follow` through the real binary: each entry once, in order, to CMD's standard input,
  * the place kept in the state file across restarts and kill -9; bad input is one line and exit 2.
  */
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -148,7 +149,17 @@ describe('tenure follow', () => {
     for (let i = 0; i < 300; i++) await store.appendFenced(token, 'feed', 'x'.repeat(1000)); // more than a pipe holds
     const state = join(box.dir, 'feed.seq');
     const p = start(box, ['follow', '--stream', 'feed', '--state', state, '--grace', '500ms', '--', 'sleep', '60']);
-    await sleep(1500); // start, read, fill the pipe
+    // Started (its CMD runs, so its signal handlers are in place), then a moment to read and fill
+    // the pipe. (A fixed sleep alone was too short on a loaded CI machine: SIGTERM came first.)
+    const children = (): string => {
+      try {
+        return execFileSync('ps', ['-o', 'comm=', '--ppid', String(p.pid)], { encoding: 'utf8' });
+      } catch {
+        return ''; // ps exits 1 when there is none yet
+      }
+    };
+    await waitUntil('CMD started', () => children().includes('sleep'));
+    await sleep(1000);
     const t0 = Date.now();
     p.signal('SIGTERM');
     expect((await p.exited).code).toBe(143);
@@ -174,6 +185,36 @@ describe('tenure follow', () => {
     const r = await tenure(box, ['follow', '--stream', 'feed', '--', 'sh', '-c', 'read a; read b; exit 0']);
     expect(r.code).toBe(0);
     expect(stateOf(join(box.dir, '.tenure', 'follow-feed.seq')).trim()).toBe('2');
+  });
+
+  it("prints its lag with --lag: entries behind and their age in ms on the store's clock, 0 once caught up", { timeout: 60_000 }, async () => {
+    const box = sandbox();
+    const { store, token } = await leader(box);
+    for (let i = 1; i <= 3; i++) await store.appendFenced(token, 'feed', `entry ${i}`);
+    const appended = performance.now();
+    const out = join(box.dir, 'out.jsonl');
+    const state = join(box.dir, 'feed.seq');
+    // A slow CMD: it acknowledges each entry 400 ms after reading it.
+    const script = `
+const fs = require('fs');
+const rl = require('readline').createInterface({ input: process.stdin });
+rl.on('line', (line) => { fs.appendFileSync(${JSON.stringify(out)}, line + '\\n'); setTimeout(() => process.stdout.write(JSON.parse(line).seq + '\\n'), 400); });`;
+    const run = start(box, ['follow', '--stream', 'feed', '--state', state, '--ack', '--lag', '100ms', '--', process.execPath, '-e', script]);
+    await waitUntil('3 entries delivered', () => stateOf(state) === '3\n');
+    const caughtUpAfter = performance.now() - appended;
+    await sleep(400);
+    run.signal('SIGTERM');
+    expect((await run.exited).code).toBe(143);
+    const lines = run.stderr.split('\n').filter((l) => l !== '');
+    for (const l of lines) expect(l).toMatch(/^tenure follow: lag \d+\+? entries, \d+ ms$/);
+    const lags = lines.map((l) => /lag (\d+)\+? entries, (\d+) ms/.exec(l)!).map((m) => ({ entries: Number(m[1]), ms: Number(m[2]) }));
+    // While the batch of 3 was with CMD: 3 behind, the oldest older than the 400 ms of one ack
+    // at the latest, never older than the whole run.
+    const behind = lags.filter((l) => l.entries === 3);
+    expect(behind.length).toBeGreaterThan(0);
+    expect(Math.max(...behind.map((l) => l.ms))).toBeGreaterThanOrEqual(400);
+    for (const l of behind) expect(l.ms).toBeLessThanOrEqual(caughtUpAfter + 200);
+    expect(lags.at(-1)).toEqual({ entries: 0, ms: 0 });
   });
 
   it('refuses bad input with one line and exit code 2', { timeout: 30_000 }, async () => {

@@ -13,6 +13,8 @@ import { MysqlStore } from '../../src/stores/mysql/index.js';
 import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
 import { redisBackend } from '../stores/redis-backend.js';
 import { etcdBackend } from '../stores/etcd-backend.js';
+import { zookeeperBackend } from '../stores/zookeeper-backend.js';
+import { azureBlobBackend } from '../stores/azure-backend.js';
 
 /**
  * The optional parts of the Store interface a backend has: `true`, or why it has not (shown in
@@ -24,6 +26,10 @@ export interface Capabilities {
   readonly renewMany: true | string;
   /** `store.watch`: push of lease changes. */
   readonly watch: true | string;
+  /** `store.watchStream`: push of a stream's new head after appends. */
+  readonly streamPush: true | string;
+  /** `store.streamHead`: a stream's head with the store's own time (the clock of `appendedAt`). */
+  readonly streamClock: true | string;
 }
 
 export interface Backend {
@@ -39,6 +45,12 @@ export interface Backend {
   readonly minTtlMs?: number;
   /** How long past its TTL a lease may still read as live, ms (default 0; etcd revokes on a 500 ms cycle). */
   readonly expiryLagMs?: number;
+  /**
+   * The TTL the store grants for a requested one, ms (default: the requested TTL). An Azure blob
+   * lease lasts whole seconds from 15 to 60, so azblob:// rounds a TTL up; `Lease.ttlMs` reports
+   * the granted TTL.
+   */
+  readonly grantedTtlMs?: (ttlMs: number) => number;
 }
 
 function tempDir(prefix: string): { dir: string; remove: () => void } {
@@ -47,21 +59,28 @@ function tempDir(prefix: string): { dir: string; remove: () => void } {
 }
 
 export const backends: Backend[] = [
-  { name: 'memory', capabilities: { renewMany: true, watch: true }, open: async () => ({ store: new MemoryStore(), cleanup: async () => {} }) },
+  { name: 'memory', capabilities: { renewMany: true, watch: true, streamPush: true, streamClock: true }, open: async () => ({ store: new MemoryStore(), cleanup: async () => {} }) },
   {
     name: 'sqlite',
-    capabilities: { renewMany: true, watch: true },
+    capabilities: { renewMany: true, watch: true, streamPush: true, streamClock: true },
     open: async () => {
       const t = tempDir('tenure-contract-');
       const store = new SqliteStore({ path: join(t.dir, 'tenure.db') });
       return { store, cleanup: async () => { await store.close(); t.remove(); } };
     },
   },
-  { name: 'postgres', capabilities: { renewMany: true, watch: true }, open: async () => { const db = await createPostgresDatabase(); const store = new PostgresStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
+  { name: 'postgres', capabilities: { renewMany: true, watch: true, streamPush: true, streamClock: true }, open: async () => { const db = await createPostgresDatabase(); const store = new PostgresStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
   {
     name: 'mysql',
-    capabilities: { renewMany: true, watch: 'MySQL has no push; a MysqlStore polls only when given watchPollMs, and the contract opens it without' },
+    capabilities: {
+      renewMany: true,
+      watch: true,
+      streamPush: 'MySQL has no push; a Follower polls readStream',
+      streamClock: true,
+    },
     open: async () => { const db = await createMysqlDatabase(); const store = new MysqlStore({ url: db.url }); return { store, cleanup: async () => { await store.close(); await db.drop(); } }; } },
   redisBackend,
   etcdBackend,
+  zookeeperBackend,
+  azureBlobBackend,
 ];

@@ -3,11 +3,15 @@
  * the effects it asks for, for the datadriven scenarios in test/election/testdata.
  *
  * Commands (key=value arguments; `now` is a virtual clock in ms, starting at 0):
- *   config [ttl=1000] [margin=] [renew=] [retry=] [request=] [random=0]   (first, or defaults)
+ *   config [ttl=1000] [margin=] [renew=] [retry=] [request=] [random=0] [progress=0] [stepdown=false]
+ *                                  (first, or defaults; progress: progressTimeoutMs, stepdown: stepDownOnStall)
  *   start | stop | resign | wake | state
  *   advance MS                    fires each timer due within MS, in order, printing its effects
- *   fire timer=loop|deadline id=N fires that timer now, even a stale one
- *   acquire-ok [acquired=true] [owner=me] [term=N] [remaining=MS] [id=N]   (id: the last sent)
+ *   stall MS                      moves the clock MS on without firing timers (a paused process:
+ *                                 what is due then fires at the next advance)
+ *   fire timer=loop|deadline|progress id=N   fires that timer now, even a stale one
+ *   progress [term=N] [at=MS]     the leader work reported progress (default: the leader's term, now)
+ *   acquire-ok [acquired=true] [owner=me] [term=N] [remaining=MS] [hold=MS] [id=N]   (id: the last sent; hold: a hand-over hint names another node)
  *   acquire-failed [unavailable=true] [msg=TEXT] [id=N]
  *   renew-ok [renewed=true] [owner=O|none] [term=N] [remaining=MS] [id=N]
  *   renew-failed [unavailable=true] [msg=TEXT] [id=N]
@@ -59,9 +63,12 @@ export class ElectorEnv {
           retryMs: kv.has('retry') ? num('retry') : undefined,
           requestTimeoutMs: kv.has('request') ? num('request') : undefined,
         });
-        this.config = { owner: OWNER, timing, random: { next: () => this.randomValue } };
+        const progressTimeoutMs = num('progress', 0);
+        const stepDownOnStall = bool('stepdown', false);
+        this.config = { owner: OWNER, timing, random: { next: () => this.randomValue }, progressTimeoutMs, stepDownOnStall };
         const t = timing;
-        return `ttl=${t.ttlMs} margin=${t.marginMs} renew=${t.renewIntervalMs} retry=${t.retryMs} request=${t.requestTimeoutMs}`;
+        const health = progressTimeoutMs > 0 ? ` progress=${progressTimeoutMs}${stepDownOnStall ? ' stepdown' : ''}` : '';
+        return `ttl=${t.ttlMs} margin=${t.marginMs} renew=${t.renewIntervalMs} retry=${t.retryMs} request=${t.requestTimeoutMs}${health}`;
       }
       case 'start':
       case 'stop':
@@ -87,16 +94,24 @@ export class ElectorEnv {
         out.push(this.describe());
         return out.join('\n');
       }
+      case 'stall': {
+        const by = Number(args[0] ?? NaN);
+        if (!Number.isFinite(by) || by < 0) throw new Error('stall MS');
+        this.now += by;
+        return this.describe();
+      }
       case 'fire': {
         // Fire a timer by id now, current or not (a timer cancelled too late, a replaced one).
-        const timer = kv.get('timer') === 'deadline' ? 'deadline' : 'loop';
+        const named = kv.get('timer');
+        const timer: TimerName = named === 'deadline' || named === 'progress' ? named : 'loop';
         const id = num('id');
         if (this.timers.get(timer)?.id === id) this.timers.delete(timer);
         return this.feed({ type: 'timer', timer, id });
       }
       case 'acquire-ok': {
         const owner = kv.get('owner') ?? OWNER;
-        return this.feed({ type: 'acquire-ok', id: num('id', this.lastAcquire), acquired: bool('acquired', owner === OWNER), lease: lease(owner, num('term', 1), num('remaining', this.cfg().timing.ttlMs)) });
+        const hold = num('hold', 0);
+        return this.feed({ type: 'acquire-ok', id: num('id', this.lastAcquire), acquired: bool('acquired', owner === OWNER), lease: lease(owner, num('term', 1), num('remaining', this.cfg().timing.ttlMs)), ...(hold > 0 ? { holdBackMs: hold } : {}) });
       }
       case 'acquire-failed':
         return this.feed({ type: 'acquire-failed', id: num('id', this.lastAcquire), unavailable: bool('unavailable', true), error: new Error(msg('no answer')) });
@@ -116,6 +131,8 @@ export class ElectorEnv {
         return this.feed({ type: 'push', lease: args[0] === 'none' ? null : lease(kv.get('owner') ?? OWNER, num('term'), num('remaining', this.cfg().timing.ttlMs)) });
       case 'work-failed':
         return this.feed({ type: 'work-failed', term: num('term') });
+      case 'progress':
+        return this.feed({ type: 'progress', term: num('term', this.leaderTerm()), ...(kv.has('at') ? { at: num('at') } : {}) });
       case 'fenced':
         return this.feed({ type: 'fenced', term: num('term') });
       case 'retired':
@@ -185,6 +202,14 @@ export class ElectorEnv {
         return `renew-failed term=${e.term}: ${e.error.message}`;
       case 'store-error':
         return `store-error ${e.operation}: ${e.error.message}`;
+      case 'suspended':
+        return `suspended term=${e.term} until ${e.deadline}: ${e.error.message}`;
+      case 'recovered':
+        return `recovered term=${e.term} after ${e.suspendedMs}ms`;
+      case 'stalled':
+        return `stalled term=${e.term} no progress for ${e.sinceProgressMs}ms`;
+      case 'unstalled':
+        return `unstalled term=${e.term} after ${e.stalledMs}ms`;
     }
   }
 
@@ -201,7 +226,7 @@ export class ElectorEnv {
             : loop.kind === 'retire'
               ? `retire term=${loop.term} backoff=${loop.backoffMs}`
               : loop.kind;
-    const leader = s.leader ? `term ${s.leader.term} until ${s.leader.deadline}${s.leader.renewFailing ? ' renew-failing' : ''}` : 'none';
+    const leader = s.leader ? `term ${s.leader.term} until ${s.leader.deadline}${s.leader.suspendedAt !== null ? ` suspended@${s.leader.suspendedAt}` : ''}${s.leader.stalled ? ' stalled' : ''}` : 'none';
     const extra = [s.stopping ? 'stopping' : '', s.retiredTerm ? `retired=${s.retiredTerm}` : '', s.resignUntil > this.now ? `resign-until=${s.resignUntil}` : '', s.faults ? `faults=${s.faults}` : ''].filter(Boolean);
     return `> @${this.now} loop=${l} leader=${leader}${extra.length ? ' ' + extra.join(' ') : ''}`;
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { InvalidArgumentError, SeededRandom, StoreUnavailableError, VirtualClock } from '../../src/core/index.js';
+import { InvalidArgumentError, NotLeaderError, SeededRandom, StoreUnavailableError, VirtualClock } from '../../src/core/index.js';
 import type { Store } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
 import { MemoryStore } from '../../src/stores/memory/index.js';
@@ -374,5 +374,55 @@ describe('LeaderElector: an unexpected error never kills the loop', () => {
     e.once('stopped', () => (stopped = true));
     await e.stop();
     expect(stopped).toBe(true);
+  });
+});
+
+describe('LeaderElector: confirmLeadership and releaseOnEnd on a virtual clock', () => {
+  it('confirms with a renew sent now; refuses when not leader, when the store gives no answer, and when the lease passed on', async () => {
+    const w = world();
+    const mode = { fault: 'none' as Fault };
+    const a = w.elector('a', faulty(w.store, mode));
+    await expect(a.confirmLeadership()).rejects.toBeInstanceOf(NotLeaderError);
+    a.start();
+    await w.advance(1);
+    const confirming = a.confirmLeadership();
+    await w.advance(1);
+    await expect(confirming).resolves.toMatchObject({ term: 1, token: { lease: 'g', term: 1 } });
+
+    // No answer (partition): refused when the request times out (default: the renew interval, 333 ms).
+    mode.fault = 'crashed';
+    const cutOff = a.confirmLeadership().catch((e: unknown) => e);
+    await w.advance(334);
+    const err = (await cutOff) as NotLeaderError;
+    expect(err).toBeInstanceOf(NotLeaderError);
+    expect(err.cause).toBeInstanceOf(StoreUnavailableError);
+    mode.fault = 'none';
+
+    // The lease passes on behind a's back: the renew's compare-and-set fails.
+    await w.advance(1);
+    expect(a.isLeader).toBe(true);
+    expect(await w.store.release('g', a.owner, 1)).toBe(true);
+    await w.store.acquire('g', 'b~1', 1000);
+    const deposed = a.confirmLeadership().catch((e: unknown) => e);
+    await w.advance(1);
+    expect(await deposed).toBeInstanceOf(NotLeaderError);
+    expect(String(await deposed)).toMatch(/store refused the renew \(b~1 holds term 2\)/);
+    await a.stop();
+  });
+
+  it('releaseOnEnd: work that returns stops the elector and releases the lease; runWhileLeader resolves', async () => {
+    const w = world();
+    const a = w.elector('a');
+    const deposed: string[] = [];
+    a.on('deposed', ({ reason }) => deposed.push(reason));
+    let settled = false;
+    const done = a.runWhileLeader(() => {}, { releaseOnEnd: true }).then(() => (settled = true));
+    await w.advance(1);
+    await done;
+    expect(settled).toBe(true);
+    expect(deposed).toEqual(['stopped']);
+    expect(await w.store.read('g')).toBeNull();
+    await w.advance(5000);
+    expect(await w.store.read('g')).toBeNull(); // campaigns no more
   });
 });

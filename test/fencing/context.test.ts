@@ -181,6 +181,8 @@ describe('fenced-write latency', () => {
       await store.acquire('s', 'b', 5000);
       await store.appendFenced({ lease: 's', term: 2 }, 'log', 'x');
       await expect(store.appendFenced({ lease: 's', term: 1 }, 'log', 'y')).rejects.toBeInstanceOf(StaleTermError);
+      // A state cell's lost race: not a failure of the store, its own outcome.
+      await expect(store.appendFenced({ lease: 's', term: 2 }, 'log', 'z', { expectSeq: 0 })).rejects.toMatchObject({ code: 'VERSION_CONFLICT', current: 1 });
     } finally {
       stop();
       await store.close();
@@ -188,6 +190,7 @@ describe('fenced-write latency', () => {
     expect(writes.map(({ path, lease, outcome }) => ({ path, lease, outcome }))).toEqual([
       { path: 'stream', lease: 's', outcome: 'ok' },
       { path: 'stream', lease: 's', outcome: 'stale' },
+      { path: 'stream', lease: 's', outcome: 'conflict' },
     ]);
   });
 });

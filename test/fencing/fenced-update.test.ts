@@ -199,6 +199,15 @@ describe.each(Object.keys(dialects))("fencedUpdate on the user's own table: %s",
     await expect(h.update(t(5), { table: 'accounts; DROP TABLE x', set: { balance: 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(h.update(t(5), { table: 'accounts', set: { 'balance = 0 --': 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(h.update(t(5), { table: 'accounts', set: { balance: 1 }, where: {} })).rejects.toBeInstanceOf(InvalidArgumentError);
+    // The statement is compiled once per shape: a name that only differs by a control character
+    // from one already compiled is not mistaken for it, and is refused.
+    await expect(h.update(t(5), { table: 'accounts', set: { 'balance\u0001': 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(h.update(t(5), { table: 'accounts\u0001', set: { balance: 1 }, where: { id: 1 } })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(h.update(t(5), { table: 'accounts', set: { balance: 1 }, where: { id: 1 }, tokenColumn: undefined, leaseColumn: 'last_fence_lease\u0004' })).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect(await h.rows('SELECT id, balance FROM accounts ORDER BY id')).toEqual([
+      { id: 1, balance: 70 },
+      { id: 2, balance: 0 },
+    ]);
     expect(await rejections('billing')).toBe(1);
   });
 

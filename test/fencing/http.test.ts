@@ -176,5 +176,22 @@ describe.each(Object.keys(databases))('the HTTP guard on %s, used by hand', (dbN
     const old = fence.admit({ rawHeaders: ['Fencing-Token', formatFencingHeader({ lease: group, term: 1 })] });
     const oldGuard = 'guard' in old ? old.guard : null;
     await expect(db.inBegunTx((tx) => oldGuard!.begin(tx as never), async () => undefined)).rejects.toBeInstanceOf(StaleTermError);
+    if (db.name === 'postgres') {
+      // begin() prepares its check once per connection; a session that lost it (DISCARD ALL, a
+      // pooler's other session) gets it prepared again, and the check still holds.
+      const c = await (db.pool as unknown as { connect(): Promise<{ query(sql: string): Promise<unknown>; release(): void }> }).connect();
+      try {
+        await guard.begin(c as never);
+        await c.query('COMMIT');
+        await c.query('DEALLOCATE ALL');
+        await guard.begin(c as never);
+        await c.query('COMMIT');
+        await c.query('DISCARD ALL');
+        await expect(oldGuard!.begin(c as never)).rejects.toBeInstanceOf(StaleTermError);
+        await c.query('ROLLBACK');
+      } finally {
+        c.release();
+      }
+    }
   });
 });

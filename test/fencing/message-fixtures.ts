@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { FencedConsumer, postgresDialect, sqlMessageLedger } from '../../src/fencing/index.js';
-import type { MessageVerdict, PgQueryable } from '../../src/fencing/index.js';
+import type { FencedConsumerOptions, MessageVerdict, PgQueryable } from '../../src/fencing/index.js';
 import { createPostgresDatabase } from '../stores/sql-servers.js';
 import type { TestDatabase } from '../stores/sql-servers.js';
 
@@ -40,9 +40,15 @@ export async function appliedDb(): Promise<AppliedDb> {
 }
 
 /** A consumer of `group` on `pool` whose apply inserts the payload `payloadOf(message)`; it records every verdict. */
-export function appliedConsumer<M>(pool: pg.Pool, group: string, payloadOf: (m: M) => string): { consumer: FencedConsumer<PgQueryable, M>; verdicts: MessageVerdict[] } {
+export function appliedConsumer<M>(
+  pool: pg.Pool,
+  group: string,
+  payloadOf: (m: M) => string,
+  extra: Pick<FencedConsumerOptions<PgQueryable, M>, 'dedupe' | 'maxBatch'> = {},
+): { consumer: FencedConsumer<PgQueryable, M>; verdicts: MessageVerdict[] } {
   const verdicts: MessageVerdict[] = [];
   const consumer = new FencedConsumer<PgQueryable, M>({
+    ...extra,
     group,
     consumer: 'projector',
     ledger: sqlMessageLedger(postgresDialect, pool),

@@ -8,7 +8,7 @@ import { AckPolicy, connect, headers } from 'nats';
 import type { ConsumerMessages, JetStreamClient, JetStreamManager, NatsConnection } from 'nats';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { NoTokenError, makeToken } from '../../src/core/index.js';
-import { FENCED_JETSTREAM_CONSUMER, consumeFencedJetStream, handleNatsMessage, publishFencedJetStream, publishFencedNats, runFenced } from '../../src/fencing/index.js';
+import { FENCED_JETSTREAM_CONSUMER, FENCED_JETSTREAM_CONSUMER_BY_ID, consumeFencedJetStream, handleJetStreamMessage, handleNatsMessage, publishFencedJetStream, publishFencedNats, runFenced } from '../../src/fencing/index.js';
 import type { JetStreamMessage, MessageVerdict, NatsMessage } from '../../src/fencing/index.js';
 import { pollUntil } from '../fixtures/harness.js';
 import { appliedConsumer, appliedDb, badTokens, uniqueName } from './message-fixtures.js';
@@ -33,12 +33,13 @@ afterAll(async () => {
   await nc.drain();
 });
 
-async function stream(): Promise<{ name: string; subject: string; durable: string }> {
+async function stream(config: { byId?: boolean; ackWaitMs?: number } = {}): Promise<{ name: string; subject: string; durable: string }> {
   const name = uniqueName('fenced');
   await jsm.streams.add({ name, subjects: [`${name}.>`] });
   cleanups.push(() => jsm.streams.delete(name));
   const durable = 'projector';
-  await jsm.consumers.add(name, { durable_name: durable, ...FENCED_JETSTREAM_CONSUMER, ack_policy: AckPolicy.Explicit, ack_wait: 5_000_000_000 });
+  const fenced = config.byId ? FENCED_JETSTREAM_CONSUMER_BY_ID : FENCED_JETSTREAM_CONSUMER;
+  await jsm.consumers.add(name, { durable_name: durable, ...fenced, ack_policy: AckPolicy.Explicit, ack_wait: (config.ackWaitMs ?? 5000) * 1_000_000 });
   return { name, subject: `${name}.orders`, durable };
 }
 
@@ -48,9 +49,11 @@ async function db(): Promise<AppliedDb> {
   return d;
 }
 
+const payloadOf = (m: JetStreamMessage): string => new TextDecoder().decode((m as unknown as { data: Uint8Array }).data);
+
 /** Run a fenced consumer over the durable until stopped. */
-async function consuming(s: { name: string; durable: string }, d: AppliedDb, group: string) {
-  const { consumer, verdicts } = appliedConsumer<JetStreamMessage>(d.pool, group, (m) => new TextDecoder().decode((m as unknown as { data: Uint8Array }).data));
+async function consuming(s: { name: string; durable: string }, d: AppliedDb, group: string, dedupe: 'position' | 'id' = 'position') {
+  const { consumer, verdicts } = appliedConsumer<JetStreamMessage>(d.pool, group, payloadOf, { dedupe });
   const messages: ConsumerMessages = await (await js.consumers.get(s.name, s.durable)).consume({ max_messages: 100 });
   const loop = consumeFencedJetStream(messages, consumer);
   cleanups.push(async () => {
@@ -117,6 +120,58 @@ describe('fenced messages on NATS JetStream', () => {
     bad.forEach((b, i) => expect(reasons[i], b.name).toMatch(b.reason));
     expect(reasons[bad.length]).toMatch(/Fencing-Token: missing/);
     expect(reasons[bad.length + 1]).toMatch(/Fencing-Token: expected text/);
+  });
+
+  it('deduping by id with many in flight: a crash between apply and ack, and a message never applied while later ones were, each end applied exactly once', async () => {
+    const s = await stream({ byId: true, ackWaitMs: 1000 });
+    const d = await db();
+    const group = uniqueName('orders');
+    const token = makeToken(group, 5);
+    for (let i = 1; i <= 30; i++) await publishFencedJetStream(js, s.subject, `m${i}`, { token });
+    // The first consumer process takes m1..m3 at once: it applies m1 and m2 (committed) and dies
+    // before acknowledging them, and dies holding m3, never applied.
+    const first = appliedConsumer<JetStreamMessage>(d.pool, group, payloadOf, { dedupe: 'id' });
+    const taken = await (await js.consumers.get(s.name, s.durable)).fetch({ max_messages: 3, expires: 5000 });
+    const inHand: JetStreamMessage[] = [];
+    for await (const m of taken) inHand.push(m);
+    expect(inHand.map(payloadOf)).toEqual(['m1', 'm2', 'm3']);
+    const diesBeforeAck = (m: JetStreamMessage): JetStreamMessage & { data: Uint8Array } => ({
+      headers: m.headers,
+      seq: m.seq,
+      data: (m as unknown as { data: Uint8Array }).data,
+      ack: () => {},
+      nak: () => {},
+      term: () => {},
+    });
+    expect((await Promise.all(inHand.slice(0, 2).map((m) => handleJetStreamMessage(first.consumer, diesBeforeAck(m))))).map((v) => v.outcome)).toEqual(['applied', 'applied']);
+    expect(await d.applied()).toEqual(['m1', 'm2']);
+    // Its successor consumes with many in flight: m4..m30 first, then, once the ack wait ends,
+    // m1..m3 again: m1 and m2 are recognised by their stream sequence (acknowledged, not applied
+    // again), and m3, though its sequence is below the ones applied since, is applied.
+    const { consumer } = await consuming(s, d, group, 'id');
+    await pollUntil('all thirty settled', 20_000, async () => consumer.counts.applied + consumer.counts.duplicate === 30 && (await settled(s)));
+    expect(consumer.counts).toEqual({ applied: 28, duplicate: 2, stale: 0, invalid: 0 });
+    const applied = await d.applied();
+    expect(applied).toHaveLength(30);
+    expect(new Set(applied).size).toBe(30);
+    expect(applied.indexOf('m3')).toBeGreaterThan(applied.indexOf('m30'));
+  });
+
+  it('deduping by id with many in flight: a zombie publish among them is terminated, counted and never applied', async () => {
+    const s = await stream({ byId: true });
+    const d = await db();
+    const group = uniqueName('orders');
+    const old = makeToken(group, 7);
+    const next = makeToken(group, 8);
+    for (let i = 1; i <= 10; i++) await publishFencedJetStream(js, s.subject, `old-${i}`, { token: old });
+    for (let i = 1; i <= 10; i++) await publishFencedJetStream(js, s.subject, `new-${i}`, { token: next });
+    const zombie = await publishFencedJetStream(js, s.subject, 'zombie', { token: old });
+    await publishFencedJetStream(js, s.subject, 'new-11', { token: next });
+    const { consumer, verdicts } = await consuming(s, d, group, 'id');
+    await pollUntil('all settled', 20_000, async () => consumer.counts.applied + consumer.counts.stale === 22 && (await settled(s)));
+    expect(consumer.counts).toEqual({ applied: 21, duplicate: 0, stale: 1, invalid: 0 });
+    expect(await d.applied()).not.toContain('zombie');
+    expect(verdicts[0]).toMatchObject({ outcome: 'stale', position: zombie.seq });
   });
 
   it('core NATS: the headers carry the token and the sequence; a lower term is dropped', async () => {

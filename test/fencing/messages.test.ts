@@ -183,6 +183,72 @@ describe.each(Object.keys(dialects))('message ledger on %s', (name) => {
   });
 });
 
+describe.each(Object.keys(dialects))('message ledger deduping by id on %s', (name) => {
+  it('many in flight are applied in batches, once each, in any order; a redelivery of an applied one is acknowledged without applying it; a lower term is dropped; a failing apply fails alone', async () => {
+    const h = await dialects[name]!();
+    try {
+      const group = "ord'ers\\id";
+      let failOn: string | null = null;
+      let batches = 0;
+      const runBatch = h.ledger.runBatch!.bind(h.ledger);
+      const ledger: MessageLedger<unknown> = { run: h.ledger.run.bind(h.ledger), runBatch: (c, g, positions, step) => (batches++, runBatch(c, g, positions, step)) };
+      const consumer = new FencedConsumer<unknown, string>({
+        group,
+        consumer: 'by-id',
+        ledger,
+        dedupe: 'id',
+        maxBatch: 10,
+        apply: async (tx, payload) => {
+          await h.insert(tx, payload);
+          if (payload === failOn) throw new Error(`apply of ${payload} failed after its insert`);
+        },
+      });
+      const at = (term: number, position: number) => ({ token: `${group}#${term}`, position });
+      const outcomes = async (list: [string, { token: string; position: number }][]) => (await Promise.all(list.map(([m, meta]) => consumer.handle(m, meta)))).map((v) => v.outcome);
+
+      // Five in flight, out of stream order: all applied, in fewer transactions than messages.
+      expect(await outcomes([5, 3, 1, 2, 4].map((p) => [`m${p}`, at(3, p)]))).toEqual(['applied', 'applied', 'applied', 'applied', 'applied']);
+      expect(batches).toBeLessThan(5);
+      // Redeliveries of applied ones (2, 4) in flight with new ones, and a second copy of 7 in the same batch.
+      expect(
+        await outcomes([
+          ['m2 again', at(3, 2)],
+          ['m6', at(3, 6)],
+          ['m4 again', at(3, 4)],
+          ['m7', at(3, 7)],
+          ['m7 again', at(3, 7)],
+        ]),
+      ).toEqual(['duplicate', 'applied', 'duplicate', 'applied', 'duplicate']);
+      // A new term, and a zombie's message of the old term behind it: dropped, counted, reported.
+      const before = rejections.length;
+      expect(
+        await outcomes([
+          ['m8', at(4, 8)],
+          ['zombie', at(3, 9)],
+          ['garbled', { token: `${group}#x`, position: 10 }],
+        ]),
+      ).toEqual(['applied', 'stale', 'invalid']);
+      expect(rejections.slice(before)).toHaveLength(1);
+      expect(rejections[before]).toMatchObject({ path: 'message', side: 'guard', error: { lease: group, term: 3, currentTerm: 4 } });
+      // An apply failing in a batch fails alone: nothing of it is kept, the others are applied, its redelivery applies.
+      failOn = 'm12';
+      const settled = await Promise.allSettled(['m11', 'm12', 'm13'].map((m, i) => consumer.handle(m, at(4, 11 + i))));
+      expect(settled.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      expect((settled[1] as PromiseRejectedResult).reason).toMatchObject({ message: 'apply of m12 failed after its insert' });
+      failOn = null;
+      expect((await consumer.handle('m12', at(4, 12))).outcome).toBe('applied');
+      expect((await consumer.handle('m12 again', at(4, 12))).outcome).toBe('duplicate');
+      expect((await h.applied()).sort()).toEqual(['m1', 'm11', 'm12', 'm13', 'm2', 'm3', 'm4', 'm5', 'm6', 'm7', 'm8']);
+      expect(consumer.counts).toEqual({ applied: 11, duplicate: 4, stale: 1, invalid: 1 });
+      // Positions the broker will not deliver again can be forgotten; the others stay.
+      expect(await h.ledger.forget!('by-id', group, 5)).toBe(5);
+      expect((await consumer.handle('m6 again', at(4, 6))).outcome).toBe('duplicate');
+    } finally {
+      await h.close();
+    }
+  });
+});
+
 describe.each(Object.keys(dialects))('message ledger with the lease table on %s', (name) => {
   it('a term the lease store never issued is refused, so a forged term cannot poison the ledger', async () => {
     const h = await dialects[name]!();
@@ -194,6 +260,12 @@ describe.each(Object.keys(dialects))('message ledger with the lease table on %s'
       expect(await consumer.handle('forged', { token: 'orders#1000', position: '1' })).toMatchObject({ outcome: 'invalid', reason: /term 1000 was never issued for group orders \(latest 3\)/ });
       expect((await consumer.handle('real', { token: 'orders#3', position: '1' })).outcome).toBe('applied');
       expect(await h.applied()).toEqual(['real']);
+      // Deduping by id: the same check, once per batch.
+      const byId = new FencedConsumer<unknown, string>({ group: 'orders', consumer: 'q', ledger: h.leasesLedger, dedupe: 'id', apply: (tx, payload) => h.insert(tx, payload) });
+      const verdicts = await Promise.all([byId.handle('real 2', { token: 'orders#3', position: 2 }), byId.handle('forged 2', { token: 'orders#1000', position: 3 })]);
+      expect(verdicts[0]!.outcome).toBe('applied');
+      expect(verdicts[1]).toMatchObject({ outcome: 'invalid', reason: /term 1000 was never issued for group orders \(latest 3\)/ });
+      expect(await h.applied()).toEqual(['real', 'real 2']);
     } finally {
       await h.close();
     }
@@ -201,6 +273,20 @@ describe.each(Object.keys(dialects))('message ledger with the lease table on %s'
 });
 
 describe('memory message ledger', () => {
+  it('dedupes by id: applied once in any order, a redelivery acknowledged, a lower term dropped', async () => {
+    const applied: string[] = [];
+    const consumer = new FencedConsumer<null, string>({ group: 'demo', consumer: 'view', ledger: memoryMessageLedger(), dedupe: 'id', apply: async (_tx, payload) => void applied.push(payload) });
+    const at = (term: number, position: number) => ({ token: `demo#${term}`, position });
+    const first = await Promise.all([consumer.handle('b', at(1, 2)), consumer.handle('a', at(1, 1)), consumer.handle('b again', at(1, 2))]);
+    expect(first.map((v) => v.outcome)).toEqual(['applied', 'applied', 'duplicate']);
+    expect((await consumer.handle('c', at(2, 3))).outcome).toBe('applied');
+    expect((await consumer.handle('a again', at(1, 1))).outcome).toBe('duplicate');
+    expect((await consumer.handle('zombie', at(1, 4))).outcome).toBe('stale');
+    expect(applied).toEqual(['b', 'a', 'c']);
+    expect(() => new FencedConsumer({ group: 'demo', consumer: 'v', ledger: { run: memoryMessageLedger().run }, dedupe: 'id', apply: async () => {} })).toThrow(/has no runBatch/);
+    expect(() => new FencedConsumer({ group: 'demo', consumer: 'v', ledger: memoryMessageLedger(), dedupe: 'id', maxBatch: 0, apply: async () => {} })).toThrow(/maxBatch: expected an integer in \[1, 1000\], got 0/);
+  });
+
   it('applies once, drops a lower term and a redelivery, and does not advance when the apply throws', async () => {
     const applied: string[] = [];
     let fail = false;

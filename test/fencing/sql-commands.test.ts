@@ -6,7 +6,7 @@
  */
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { InvalidArgumentError, StaleTermError, StoreDataError } from '../../src/core/index.js';
+import { InvalidArgumentError, RetryTransactionError, StaleTermError, StoreDataError } from '../../src/core/index.js';
 import {
   applyOnce,
   createEpochStore,
@@ -283,6 +283,49 @@ describe.each(Object.keys(harnesses))('database commands: %s', (name) => {
     });
     await late.commit();
     expect(out).toEqual({ applied: false, result: { by: 'first' } });
+    expect(ran).toBe(false);
+  });
+
+  it('applyOnce: a concurrent claim this transaction cannot see, or a claimed key removed before it is read, is RetryTransactionError; the retried transaction returns the first outcome', async (ctx) => {
+    if (h.name !== 'postgres') ctx.skip();
+    await createIdempotencyTable(h.dialect, h.db);
+    let ran = false;
+    const command = (): { by: string } => {
+      ran = true;
+      return { by: 'late' };
+    };
+    // REPEATABLE READ: the duplicate's claim committed after this transaction's snapshot was taken.
+    const late = await h.begin();
+    await h.dialect.select(late.db, 'SET TRANSACTION ISOLATION LEVEL REPEATABLE READ', []);
+    await h.dialect.select(late.db, 'SELECT count(*) AS n FROM tenure_idempotency_keys', []); // its snapshot starts here
+    const first = await h.begin();
+    await applyOnce(h.dialect, first.db, { key: 'rr' }, () => ({ by: 'first' }));
+    await first.commit();
+    const err = await applyOnce(h.dialect, late.db, { key: 'rr' }, command).catch((e: unknown) => e);
+    await late.rollback();
+    expect(err).toBeInstanceOf(RetryTransactionError);
+    expect(err).toMatchObject({ code: 'RETRY_TRANSACTION', message: /^applyOnce: key "rr" was claimed by a concurrent transaction this one conflicts with \(40001\): roll back and run the transaction again/ });
+    const retried = await h.begin();
+    expect(await applyOnce(h.dialect, retried.db, { key: 'rr' }, command)).toEqual({ applied: false, result: { by: 'first' } });
+    await retried.commit();
+
+    // READ COMMITTED: the key's row is deleted (and committed) between the claim and its read.
+    const owner = await h.begin();
+    await applyOnce(h.dialect, owner.db, { key: 'gone' }, () => ({ by: 'first' }));
+    await owner.commit();
+    const tx = await h.begin();
+    const c = tx.db as unknown as { query(text: unknown, values?: unknown[]): Promise<unknown> };
+    const racing = {
+      query: async (text: unknown, values?: unknown[]) => {
+        const res = await c.query(text, values);
+        if (typeof text === 'object' && text !== null && /^INSERT INTO/.test((text as { text: string }).text)) await h.exec("DELETE FROM tenure_idempotency_keys WHERE idem_key = 'gone'");
+        return res;
+      },
+    };
+    const gone = await applyOnce(h.dialect, racing as typeof tx.db, { key: 'gone' }, command).catch((e: unknown) => e);
+    await tx.rollback();
+    expect(gone).toBeInstanceOf(RetryTransactionError);
+    expect(gone).toMatchObject({ code: 'RETRY_TRANSACTION', message: /^applyOnce: key "gone" was claimed by a transaction whose row this one no longer sees \(removed meanwhile\)/ });
     expect(ran).toBe(false);
   });
 

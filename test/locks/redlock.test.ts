@@ -163,6 +163,37 @@ describe('Redlock', () => {
     expect(h.remainingMs()).toBe(0);
   });
 
+  it('is suspended while extensions miss a quorum, recovers with the same term, and is lost at the validity end', async () => {
+    const rl = await redlock();
+    const h = await rl.acquire(resource(), { ttlMs: 4000 });
+    const events: string[] = [];
+    h.on('suspended', () => events.push('suspended')).on('recovered', () => events.push('recovered')).on('lost', ({ reason }) => events.push(`lost:${reason}`));
+    const next = (event: 'suspended' | 'recovered' | 'lost'): Promise<void> => new Promise((r) => h.once(event, () => r()));
+    // Two of three servers paused: the next extension (in about 1.3 s) cannot reach a quorum.
+    const suspended = next('suspended');
+    servers[1]!.pause();
+    servers[2]!.pause();
+    await suspended;
+    expect(h.suspended).toBe(true);
+    expect(h.signal.aborted).toBe(false);
+    const left = h.remainingMs();
+    expect(left).toBeGreaterThan(0);
+    const recovered = next('recovered');
+    servers[1]!.resume();
+    servers[2]!.resume();
+    await recovered;
+    expect(h.suspended).toBe(false);
+    expect(h.remainingMs()).toBeGreaterThan(left);
+    expect(h.signal.aborted).toBe(false);
+    const lost = next('lost');
+    servers[1]!.pause();
+    servers[2]!.pause();
+    await lost;
+    expect(h.signal.aborted).toBe(true);
+    expect(h.remainingMs()).toBe(0);
+    expect(events).toEqual(['suspended', 'recovered', 'suspended', 'lost:deadline']);
+  }, 30_000);
+
   it('aborts the signal at the next extension when the key was taken on a majority', async () => {
     const rl = await redlock();
     const r = resource();

@@ -4,13 +4,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { LockTimeoutError } from '../../src/core/index.js';
+import { LockTimeoutError, StoreUnavailableError } from '../../src/core/index.js';
 import type { Store } from '../../src/core/index.js';
 import { Lock } from '../../src/locks/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
 import { RedisStore } from '../../src/stores/redis/index.js';
 import { createPostgresDatabase } from '../stores/sql-servers.js';
 import { redisBackend } from '../stores/redis-backend.js';
+import { freePort } from '../fixtures/ports.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterAll(async () => {
@@ -85,5 +86,45 @@ for (const backend of backends) {
       expect(holder.signal.aborted).toBe(false);
       await holder.release();
     });
+
+    it('tryAcquire: a free lock is held (one attempt), a held one is null and its holder keeps it', async () => {
+      const store = await backend.open();
+      const lock = new Lock(store, `try-${randomBytes(4).toString('hex')}`, { ttlMs: 5000 });
+      const first = await lock.tryAcquire();
+      expect(first?.term).toBe(1);
+      const t0 = performance.now();
+      expect(await lock.tryAcquire()).toBeNull();
+      expect(performance.now() - t0).toBeLessThan(2000);
+      expect(first!.signal.aborted).toBe(false);
+      await first!.release();
+      // The refused attempt withdrew (on PostgreSQL, its hand-over reservation): the release
+      // hands term 2 to nobody gone, and the next attempt takes it.
+      const again = await lock.tryAcquire();
+      expect(again?.term).toBe(2);
+      expect(again!.signal.aborted).toBe(false);
+      await again!.release();
+    });
   });
 }
+
+describe('tryAcquire when the store cannot answer', () => {
+  it('rejects with StoreUnavailableError, not null ("held by someone") and not a hang', async () => {
+    const port = await freePort();
+    const store = new PostgresStore({ url: `postgres://postgres@127.0.0.1:${port}/none`, timeoutMs: 1000 });
+    cleanups.push(() => store.close());
+    const lock = new Lock(store, 'unreachable', { ttlMs: 5000 });
+    const err = await lock.tryAcquire().then(
+      (h) => h,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(StoreUnavailableError);
+  });
+
+  it('rejects with the signal\'s reason when aborted first', async () => {
+    const store = await backends[0]!.open();
+    const lock = new Lock(store, `abort-${randomBytes(4).toString('hex')}`, { ttlMs: 5000 });
+    const controller = new AbortController();
+    controller.abort(new Error('caller gave up'));
+    await expect(lock.tryAcquire({ signal: controller.signal })).rejects.toThrow('caller gave up');
+  });
+});

@@ -102,6 +102,29 @@ describe('RawNode', () => {
     expect(() => node.propose(enc.encode('x'))).toThrow(/forwarding is disabled/);
   });
 
+  it('a follower relays only its own reads, proposals and transfers to the leader, never one another node sent it', () => {
+    // Node 2 sent its read to node 3 while 3 led; 3 has since become a follower of 1. Relaying it
+    // to 1 would be a message from 2 sent by 3: the transport refuses that, and the whole batch
+    // with it, which stopped node 3 (seen with nodes in separate processes, a follower read
+    // racing a change of leader). The sender's read times out and is asked again instead.
+    const s = new MemoryStorage(voters([1, 2, 3]));
+    const node = new RawNode(config(3, s));
+    node.step(message({ type: 'heartbeat', from: 1, to: 3, term: 1 }));
+    drain(node, s);
+    node.step(message({ type: 'readIndex', from: 2, to: 3, context: 'r2' }));
+    node.step(message({ type: 'prop', from: 2, to: 3, entries: [{ term: 0, index: 0, type: 'normal', data: enc.encode('x') }] }));
+    node.step(message({ type: 'transferLeader', from: 2, to: 3, transferee: 2 }));
+    const relayed = drain(node, s).flatMap((rd) => rd.messages);
+    expect(relayed.filter((m) => m.from !== 3)).toEqual([]);
+    expect(relayed.map((m) => m.type)).not.toContain('readIndex');
+    // Its own are relayed, as itself.
+    node.readIndex('r3');
+    node.propose(enc.encode('y'));
+    node.transferLeadership(3);
+    const own = drain(node, s).flatMap((rd) => rd.messages);
+    expect(own.map((m) => `${m.type} ${m.from}->${m.to}`)).toEqual(['readIndex 3->1', 'prop 3->1', 'transferLeader 3->1']);
+  });
+
   it('enforces the ready/advance protocol and refuses local message types from outside', () => {
     const node = new RawNode(config(1, new MemoryStorage(voters([1]))));
     expect(() => node.advance()).toThrow(InvariantError);

@@ -21,6 +21,20 @@ function logWith(termsList: number[]): RaftLog {
 }
 
 describe('MemoryStorage', () => {
+  it('restores a recovered node: hard state, snapshot and the log after it, as given', () => {
+    const confState = { voters: [1, 2, 3], learners: [], votersOutgoing: [], learnersNext: [], autoLeave: false };
+    const snap = { metadata: { index: 10, term: 3, confState }, data: enc.encode('image') };
+    const log = [ent(10, 3), ...ents([3, 4, 4], 11)];
+    const s = MemoryStorage.restore({ term: 4, vote: 2, commit: 12 }, snap, log);
+    expect(s.initialState()).toEqual({ hardState: { term: 4, vote: 2, commit: 12 }, confState });
+    expect([s.firstIndex(), s.lastIndex(), s.term(10)]).toEqual([11, 13, 3]);
+    expect(terms(s.entries(11, 14))).toEqual([3, 4, 4]);
+    expect(() => s.term(9)).toThrow(LogCompactedError);
+    // The log must start at the snapshot: anything else is a bug in the caller.
+    expect(() => MemoryStorage.restore({ term: 4, vote: 0, commit: 0 }, snap, ents([3, 4], 11))).toThrow(InvariantError);
+    expect(() => MemoryStorage.restore({ term: 4, vote: 0, commit: 0 }, snap, [])).toThrow(InvariantError);
+  });
+
   it('appending over a conflicting suffix replaces it', () => {
     const s = new MemoryStorage();
     s.append(ents([1, 1, 2, 2]));

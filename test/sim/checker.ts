@@ -93,6 +93,8 @@ export class History {
   private readonly open = new Map<object, LeadershipRecord>();
   /** The highest term each elector gave up (resigned, stopped, or a fault): it must never lead it again. */
   private readonly retired = new Map<object, number>();
+  /** Electors now suspended (a renew failed as maybe), by key: the term. */
+  private readonly suspendedNow = new Map<object, number>();
   private readonly appendsByPayload = new Map<string, AppendRecord>();
   /** Resignations whose release has not been sent yet, by owner and group. */
   private readonly resigns = new Map<string, { readonly node: string; readonly term: number; readonly at: number }>();
@@ -123,7 +125,25 @@ export class History {
     l.pauseMark = pauseMark;
   }
 
+  /** A renew failed as maybe: the elector must lead that term, not be suspended already; its deadline stays. */
+  suspended(key: object, node: string, term: number): void {
+    const l = this.open.get(key);
+    if (!l || l.term !== term) this.violate(`${node}: suspended in term ${term} without leading it`);
+    if (this.suspendedNow.has(key)) this.violate(`${node}: suspended twice in term ${term} without recovering`);
+    this.suspendedNow.set(key, term);
+  }
+
+  /** A renew succeeded after a suspension: same term, before the deadline (the renewed event has moved it on). */
+  recovered(key: object, node: string, term: number): void {
+    const l = this.open.get(key);
+    if (!l || l.term !== term) this.violate(`${node}: recovered in term ${term} without leading it`);
+    if (this.suspendedNow.get(key) !== term) this.violate(`${node}: recovered in term ${term} without being suspended in it`);
+    if (l && this.clock.now() > l.end + EPSILON) this.violate(`${node} ${l.group}: recovered term ${term} after its deadline ${formatTime(l.end)}`);
+    this.suspendedNow.delete(key);
+  }
+
   deposed(key: object, node: string, term: number, reason: string, pauseCount: number): void {
+    this.suspendedNow.delete(key);
     const now = this.clock.now();
     const l = this.open.get(key);
     if (!l) {
@@ -137,7 +157,7 @@ export class History {
     }
     if (now < l.end) l.end = now;
     // These end leadership by releasing the lease (the others keep it, or lost it already).
-    if (reason === 'resigned' || reason === 'fenced' || reason === 'stopped' || reason === 'error') this.retired.set(key, Math.max(term, this.retired.get(key) ?? 0));
+    if (reason === 'resigned' || reason === 'fenced' || reason === 'stopped' || reason === 'error' || reason === 'stalled') this.retired.set(key, Math.max(term, this.retired.get(key) ?? 0));
     l.deposedAt = now;
     l.reason = reason;
     this.open.delete(key);

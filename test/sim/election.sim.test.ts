@@ -122,20 +122,32 @@ describe('simulation: regressions it found in LeaderElector', () => {
   // Both seeds failed on the elector as first written; they pass since the fix. The scenario
   // each was found in is asserted too, so a change to plan generation cannot hollow them out.
 
-  it('seed 4: a leader whose work fails releases at once and never leads the resigned term again', async () => {
-    const result = await runSeed(4);
-    expect(result.trace.events.some((e) => /DEPOSED from term \d+: resigned/.test(e.text))).toBe(true);
+  // These two find their seed (the first from 0 that shows the situation) rather than naming one:
+  // any change to what the elector sends reshuffles which seeds do (seeds 4 and 24 stopped
+  // showing theirs when a won election started reading the hand-over hint).
+  it('a leader whose work fails releases at once and never leads the resigned term again', async () => {
+    const result = await firstSeedWith((texts) => texts.some((t) => /DEPOSED from term \d+: resigned/.test(t)));
     expect(result.violations, failureReport(result, 80)).toEqual([]);
   });
 
-  it('seed 24: a release delayed past its timeout cannot free the lease of a later leadership', async () => {
-    const result = await runSeed(24);
-    const texts = result.trace.events.map((e) => e.text);
-    expect(texts.some((t) => /^→ release alpha term 1 \(request delayed \d+ ms\)$/.test(t))).toBe(true);
-    expect(texts.some((t) => t.startsWith('alpha: store error in release: sim store: no answer'))).toBe(true);
+  it('a release delayed past its timeout cannot free the lease of a later leadership', async () => {
+    const result = await firstSeedWith(
+      (texts) =>
+        texts.some((t) => /^→ release alpha term 1 \(request delayed \d+ ms\)$/.test(t)) &&
+        texts.some((t) => t.startsWith('alpha: store error in release: sim store: no answer')),
+    );
     expect(result.violations, failureReport(result, 80)).toEqual([]);
   });
 });
+
+/** The first seed from 0 whose trace shows what `shows` looks for; fails when none of the first `limit` does. */
+async function firstSeedWith(shows: (texts: readonly string[]) => boolean, limit = 400): Promise<SimResult> {
+  for (let seed = 0; seed < limit; seed++) {
+    const result = await runSeed(seed);
+    if (shows(result.trace.events.map((e) => e.text))) return result;
+  }
+  throw new Error(`no seed in 0..${limit - 1} shows the situation`);
+}
 
 describe('simulation: the command line', () => {
   it('prints a failing seed with its trace and exits 1', async () => {

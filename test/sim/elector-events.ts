@@ -39,6 +39,16 @@ export class ElectorRecorder {
     if (reason === 'resigned') this.history.resigned(this.label, this.owner, this.group, term);
   }
 
+  suspended(term: number): void {
+    this.add(`SUSPENDED in term ${term}: a renew failed, leads until its deadline unless one succeeds`);
+    this.history.suspended(this.key, this.label, term);
+  }
+
+  recovered(term: number, suspendedMs: number): void {
+    this.add(`recovered term ${term} after ${suspendedMs} ms suspended`);
+    this.history.recovered(this.key, this.label, term);
+  }
+
   renewFailed(term: number, error: Error): void {
     this.add(`renew of term ${term} failed: ${error.message}`);
   }

@@ -8,7 +8,7 @@
  *  - the reply may be delayed, or lost after the store applied the change;
  *  - the reply reaches the node through its gate (held while the node is paused).
  */
-import { StaleTermError, StoreUnavailableError } from '../../src/core/index.js';
+import { StaleTermError, StoreUnavailableError, reportStale } from '../../src/core/index.js';
 import type {
   AcquireResult,
   FencingToken,
@@ -130,7 +130,11 @@ export class FaultyStore implements Store {
         return entries.length; // a silent "success" pointing at someone else's entry
       });
     };
-    return this.call('append', `append ${stream} ${payload} term ${token.term}`, apply, (seq) => `seq ${seq}`);
+    // The model store is another process: its refusal reaches this node's feed (and so its
+    // elector) when the reply does, through the node's gate — never while it is paused or crashed.
+    return this.call('append', `append ${stream} ${payload} term ${token.term}`, apply, (seq) => `seq ${seq}`).catch((err: unknown) => {
+      throw err instanceof StaleTermError ? reportStale(err, { stream }) : err;
+    });
   }
 
   readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
@@ -258,7 +262,7 @@ export class UnfencedStreams implements StreamBackend {
   appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
     let entries = this.streams.get(stream);
     if (!entries) this.streams.set(stream, (entries = []));
-    entries.push({ stream, seq: entries.length + 1, lease: token.lease, term: token.term, payload });
+    entries.push({ stream, seq: entries.length + 1, lease: token.lease, term: token.term, payload, appendedAt: 0 });
     return Promise.resolve(entries.length);
   }
 

@@ -275,6 +275,15 @@ class Machine {
       case 'renew-failed':
         this.events.renewFailed(e.term, e.error);
         return;
+      case 'suspended':
+        this.events.suspended(e.term);
+        return;
+      case 'recovered':
+        this.events.recovered(e.term, e.suspendedMs);
+        return;
+      case 'stalled':
+      case 'unstalled':
+        return; // the simulation's work reports no progress and sets no progressTimeoutMs
       case 'store-error':
         this.events.storeError(e.operation, e.error);
         return;

@@ -55,7 +55,7 @@ export class ModelStore {
     }
     if (verdict === 'unissued') throw new Error(`term ${token.term} was never issued for ${token.lease}`);
     this.fences.set(token.lease, Math.max(highest, token.term));
-    entries.push({ stream, seq: entries.length + 1, lease: token.lease, term: token.term, payload });
+    entries.push({ stream, seq: entries.length + 1, lease: token.lease, term: token.term, payload, appendedAt: 0 });
     return entries.length;
   }
 

@@ -62,7 +62,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
   const clock = new VirtualClock(0);
   const trace = new Trace(clock);
   const history = new History(clock);
-  const memory = new MemoryStore({ clock });
+  const memory = new MemoryStore({ clock, reportRejections: false });
   const streams: StreamBackend = variant === 'unfenced' ? new UnfencedStreams() : memory;
   // Chance during the run (delays, lost replies, work failures, clock offsets): its own stream, from the same seed.
   const random = new SeededRandom((seed ^ 0x2545f491) >>> 0);
@@ -157,6 +157,8 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       elector.on('renewed', ({ term, latencyMs }) => events.renewed(term, latencyMs, nodeClock.now() - latencyMs + ttlMs - marginMs));
       elector.on('deposed', ({ term, reason, holder }) => events.deposed(term, reason, holder));
       elector.on('renew-failed', ({ term, error }) => events.renewFailed(term, error));
+      elector.on('suspended', ({ term }) => events.suspended(term));
+      elector.on('recovered', ({ term, suspendedMs }) => events.recovered(term, suspendedMs));
       elector.on('store-error', ({ operation, error }) => events.storeError(operation, error));
       elector.on('work-error', ({ term, error }) => events.workError(term, error));
       elector.on('leader-changed', ({ owner, term }) => events.leaderChanged(owner, term));

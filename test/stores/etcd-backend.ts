@@ -9,7 +9,11 @@ import { sharedEtcd } from './etcd-harness.js';
 
 export const etcdBackend: Backend = {
   name: 'etcd',
-  capabilities: { renewMany: 'not implemented: an etcd lease is kept alive by its own keepalive, so the store renews one by one', watch: true },
+  capabilities: {
+    renewMany: 'not implemented: an etcd lease is kept alive by its own keepalive, so the store renews one by one', watch: true,
+    streamPush: true,
+    streamClock: 'etcd has no clock a client can read: entries carry the appending client\'s wall clock, and lag in ms is not measured',
+  },
   // etcd leases are whole seconds, 1 s at least (with the harness's election timeout), and its
   // lessor deletes expired leases' keys on a 500 ms cycle, then commits the revoke through raft.
   minTtlMs: 1000,

@@ -49,10 +49,11 @@ process.on('exit', () => {
 
 /**
  * Kill `pid` (and remove `dir`) once this test process is gone, however it went: vitest may end
- * a worker with a signal, and 'exit' handlers do not run then.
+ * a worker with a signal, and 'exit' handlers do not run then. `dir` is removed only when the
+ * parent is gone: a member killed on purpose (a failover test) leaves the cluster's data alone.
  */
 export function killWithParent(pid: number, dir?: string): void {
-  const cleanup = dir ? `; rm -rf '${dir.replace(/'/g, '')}'` : '';
+  const cleanup = dir ? `; kill -0 ${process.pid} 2>/dev/null || rm -rf '${dir.replace(/'/g, '')}'` : '';
   const watchdog = spawn('sh', ['-c', `while kill -0 ${process.pid} 2>/dev/null && kill -0 ${pid} 2>/dev/null; do sleep 0.5; done; kill -9 ${pid} 2>/dev/null${cleanup}`], {
     detached: true,
     stdio: 'ignore',
@@ -66,9 +67,9 @@ export function etcdInstalled(): boolean {
 }
 
 
-function tempRoot(): string {
+function tempRoot(dataRoot?: string): string {
   // tmpfs when there is one: etcd fsyncs every commit, and tests commit a lot.
-  const base = existsSync('/dev/shm') ? '/dev/shm' : tmpdir();
+  const base = dataRoot ?? (existsSync('/dev/shm') ? '/dev/shm' : tmpdir());
   return mkdtempSync(join(base, 'tenure-etcd-'));
 }
 
@@ -80,12 +81,21 @@ export interface EtcdStartOptions {
     /** With it, clients must show a certificate signed by this CA (`--client-cert-auth`). */
     readonly clientCaFile?: string;
   };
+  /**
+   * Where the members' data directories go (default: tmpfs when there is one). A benchmark that
+   * compares commit latency with tenure's WAL puts both on the same real disk.
+   */
+  readonly dataRoot?: string;
+  /** `--heartbeat-interval`, ms (default 25). */
+  readonly heartbeatMs?: number;
+  /** `--election-timeout`, ms (default 250). */
+  readonly electionMs?: number;
 }
 
 /** Start an etcd cluster of `size` members and wait until it has a raft leader. */
 export async function startEtcd(size = 1, options: EtcdStartOptions = {}): Promise<EtcdCluster> {
   if (!etcdInstalled()) throw new Error('etcd is not installed: apt-get install -y etcd-server etcd-client');
-  const root = tempRoot();
+  const root = tempRoot(options.dataRoot);
   const members: EtcdMember[] = [];
   for (let i = 0; i < size; i++) {
     const clientPort = await freePort();
@@ -121,8 +131,8 @@ export async function startEtcd(size = 1, options: EtcdStartOptions = {}): Promi
         '--initial-cluster', initialCluster,
         '--initial-cluster-state', state,
         '--initial-cluster-token', `tenure-${root.slice(-6)}`,
-        '--heartbeat-interval', '25',
-        '--election-timeout', '250',
+        '--heartbeat-interval', String(options.heartbeatMs ?? 25),
+        '--election-timeout', String(options.electionMs ?? 250),
         '--log-level', 'error',
       ],
       { stdio: ['ignore', 'ignore', 'pipe'] },

@@ -2,7 +2,8 @@
  * MySQL/MariaDB store beyond the contract suite, against the real server: the shared SQL scenarios
  * (sql-store.suite.ts: server down at start, the user's own pool, table prefixes, a stalled
  * statement, a 10,000-lease renewal, racing fenced writers) and MySQL's own: schema migrations,
- * names that differ only in trailing spaces, a leader whose store stalls, the polling watch,
+ * names that differ only in trailing spaces, a leader whose store stalls, the polling watch (push
+ * by wake locks: mysql-wake.test.ts),
  * remembered stream heads, and a private server killed (-9) and
  * restarted under a leader.
  */
@@ -93,6 +94,29 @@ describe('mysql store: on the shared server', () => {
     await db.drop();
   });
 
+  it('migrates a version 4 schema (entries without append times) in place: old entries read with the migration time, new ones with the server clock of streamHead', async () => {
+    const old = open({ tablePrefix: 'v4_' });
+    const g = (await old.acquire('g', 'a~1', 60_000)).lease.term;
+    expect(await old.appendFenced({ lease: 'g', term: g }, 's', 'one')).toBe(1);
+    // Make it what tenure with schema version 4 left behind.
+    await pool.query('ALTER TABLE v4_streams DROP COLUMN appended_at');
+    await pool.query("UPDATE v4_schema SET value = '4' WHERE `key` = 'version'");
+    const store = open({ tablePrefix: 'v4_' });
+    const before = await store.streamHead('s'); // migrates
+    expect(before.seq).toBe(1);
+    const [one] = await store.readStream('s');
+    expect(one!.appendedAt).toBeGreaterThan(0);
+    expect(one!.appendedAt).toBeLessThanOrEqual(before.nowMs);
+    expect(await store.appendFenced({ lease: 'g', term: g }, 's', 'two')).toBe(2);
+    const after = await store.streamHead('s');
+    const [, two] = await store.readStream('s');
+    expect(two!.appendedAt).toBeGreaterThanOrEqual(before.nowMs);
+    expect(two!.appendedAt).toBeLessThanOrEqual(after.nowMs);
+    expect(after.seq).toBe(2);
+    const [v] = await pool.query("SELECT value FROM v4_schema WHERE `key` = 'version'");
+    expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
+  });
+
   it('migrates a version 3 schema in place: each stream belongs to the lease of its entry 1', async () => {
     const old = open({ tablePrefix: 'v3_' });
     const g = (await old.acquire('g', 'a~1', 60_000)).lease.term;
@@ -176,9 +200,9 @@ describe('mysql store: on the shared server', () => {
     }
   });
 
-  it('has no push by default; with watchPollMs it sees another process release and take over', async () => {
-    expect(open({ tablePrefix: 'poll_' }).watch).toBeUndefined();
-    const watcher = open({ tablePrefix: 'poll_', watchPollMs: 20 });
+  it('without wake locks has no push; with watchPollMs it sees another process release and take over', async () => {
+    expect(open({ tablePrefix: 'poll_', wakeLocks: false }).watch).toBeUndefined();
+    const watcher = open({ tablePrefix: 'poll_', wakeLocks: false, watchPollMs: 20 });
     const other = open({ tablePrefix: 'poll_' });
     const seen: (string | null)[] = [];
     const stop = watcher.watch!('g', (l: Lease | null) => seen.push(l ? `${l.owner}@${l.term}` : null));

@@ -141,6 +141,50 @@ describe('postgres store: on the shared server', () => {
     expect((await pool.query("SELECT value FROM v3_schema WHERE key = 'version'")).rows).toEqual([{ value: String(SCHEMA_VERSION) }]);
   });
 
+  it('migrates a version 4 schema (entries without append times, no stream NOTIFY) in place: old entries read with the migration time, new appends are pushed to another store', async () => {
+    const old = open({ tablePrefix: 'v4_' });
+    const g = (await old.acquire('g', 'a~1', 60_000)).lease.term;
+    expect(await old.appendFenced({ lease: 'g', term: g }, 's', 'one')).toBe(1);
+    // Make it what tenure with schema version 4 left behind.
+    await pool.query('DROP TRIGGER v4_streams_insert ON v4_streams');
+    await pool.query('ALTER TABLE v4_streams DROP COLUMN appended_at');
+    await pool.query("UPDATE v4_schema SET value = '4' WHERE key = 'version'");
+    const writer = open({ tablePrefix: 'v4_' });
+    const watcher = open({ tablePrefix: 'v4_' });
+    const before = await writer.streamHead('s'); // migrates
+    expect(before.seq).toBe(1);
+    const [entry] = await writer.readStream('s');
+    expect(entry).toMatchObject({ seq: 1, payload: 'one' });
+    expect(entry!.appendedAt).toBeGreaterThan(0);
+    expect(entry!.appendedAt).toBeLessThanOrEqual(before.nowMs);
+    const heads: number[] = [];
+    const stop = watcher.watchStream('s', (h) => heads.push(h));
+    await waitFor(() => heads.includes(1), 3000, 'head told after LISTEN');
+    expect(await writer.appendFenced({ lease: 'g', term: g }, 's', 'two')).toBe(2);
+    await waitFor(() => heads.includes(2), 3000, 'append pushed through NOTIFY to another store object');
+    expect((await pool.query("SELECT value FROM v4_schema WHERE key = 'version'")).rows).toEqual([{ value: String(SCHEMA_VERSION) }]);
+    stop();
+  });
+
+  it('tells a stream watcher the current head after its LISTEN connection is lost, so appends made while it was down are not missed', async () => {
+    const writer = open({ tablePrefix: 'relisten_' });
+    const watcher = open({ tablePrefix: 'relisten_', reconnectMs: 1000 });
+    const g = (await writer.acquire('g', 'a~1', 60_000)).lease.term;
+    const heads: number[] = [];
+    const stop = watcher.watchStream('s', (h) => heads.push(h));
+    await writer.appendFenced({ lease: 'g', term: g }, 's', 'one');
+    await waitFor(() => heads.includes(1), 3000, 'first append pushed');
+    // Cut the LISTEN connection from the server's side; append once it is gone, before the
+    // watcher reconnects (1 s later): no NOTIFY can reach it.
+    const listening = "FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'";
+    await pool.query(`SELECT pg_terminate_backend(pid) ${listening}`);
+    for (let i = 0; i < 100 && (await pool.query(`SELECT 1 ${listening}`)).rows.length > 0; i++) await sleep(10);
+    expect((await pool.query(`SELECT 1 ${listening}`)).rows).toEqual([]);
+    await writer.appendFenced({ lease: 'g', term: g }, 's', 'two');
+    await waitFor(() => heads.includes(2), 5000, 'head read again after the reconnect');
+    stop();
+  });
+
   it('refuses a payload with a NUL as bad input before sending it, writing nothing', async () => {
     const store = open({ tablePrefix: 'nul_' });
     const term = (await store.acquire('g', 'a~1', 60_000)).lease.term;

@@ -23,7 +23,7 @@ export async function deleteKeys(client: Redis, prefix: string): Promise<void> {
 
 export const redisBackend: Backend = {
   name: 'redis',
-  capabilities: { renewMany: true, watch: true },
+  capabilities: { renewMany: true, watch: true, streamPush: true, streamClock: true },
   open: async () => {
     const keyPrefix = `{tenure-test-${randomBytes(6).toString('hex')}}:`;
     const store = new RedisStore({ url: testRedisUrl, keyPrefix });

@@ -8,6 +8,7 @@ import { StoreUnavailableError } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
 import { openStore, parseStoreUrl } from '../../src/open.js';
 import { RedisStore } from '../../src/stores/redis/index.js';
+import { FaultProxy } from '../chaos/proxy/index.js';
 import { RedisServer } from './redis-servers.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -129,6 +130,38 @@ describe('Redis store under faults', () => {
     for (let i = 0; i < 100 && seen.length < 4; i++) await sleep(10);
     expect(seen).toEqual(['a~1@1', 'free', 'c~1@2', 'free']);
     stop();
+  });
+
+  it("a watcher's connection lost again and again, also between reconnecting and its SUBSCRIBE's reply: no unhandled rejection, and it still tells changes", async () => {
+    // ioredis's own resubscribe after a reconnect had no catch: a connection lost before the
+    // SUBSCRIBE's reply rejected it unhandled (a CI run's error in test/observe/health.test.ts).
+    const proxy = await FaultProxy.start({ target: { host: '127.0.0.1', port: server.port }, name: 'redis-sub' });
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown): void => void unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const a = store({ keyPrefix: '{resub}:' });
+      const b = store({ url: `redis://127.0.0.1:${proxy.endpoint.port}`, keyPrefix: '{resub}:' });
+      const seen: string[] = [];
+      const stop = b.watch('g', (l) => seen.push(l ? `${l.owner}@${l.term}` : 'free'));
+      await b.read('g'); // after the subscription is in place
+      // Replies slowed so that each reconnect's SUBSCRIBE is still waiting when the next drop lands.
+      await proxy.delay(150, 'down');
+      for (let round = 0; round < 8; round++) {
+        await proxy.drop();
+        await sleep(400 + round * 10); // each lands after a reconnect, mostly before the SUBSCRIBE's reply
+      }
+      await proxy.heal();
+      await sleep(600); // reconnected and subscribed again
+      await a.acquire('g', 'a~1', 5000);
+      for (let i = 0; i < 200 && seen.length < 1; i++) await sleep(10);
+      expect(seen).toEqual(['a~1@1']);
+      stop();
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      await proxy.close();
+    }
   });
 
   it('hands leadership over on a graceful stop in milliseconds, woken by push, not at TTL', async () => {

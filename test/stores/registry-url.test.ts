@@ -18,6 +18,11 @@ import { availableSchemes, backendForKind, backendForScheme, notStores, storeBac
 type RegistryKind = (typeof storeBackends)[number]['kind'];
 const kindsMatch: [RegistryKind, StoreOptions['kind']] extends [StoreOptions['kind'], RegistryKind] ? true : never = true;
 
+/** A URL of `scheme` that its backend reads: host and port, plus what a scheme cannot do without (azblob's account, key and container). */
+function sampleUrl(scheme: string): string {
+  return /^azblobs?$/i.test(scheme) ? `${scheme}://acct:a2V5@127.0.0.1:1/tenure` : `${scheme}://127.0.0.1:1`;
+}
+
 function refusal(url: string): string {
   try {
     parseStoreUrl(url);
@@ -44,7 +49,7 @@ describe('store registry', () => {
       expect(backend.schemes.length, backend.kind).toBeGreaterThan(0);
       for (const scheme of backend.schemes) {
         for (const s of [scheme, scheme.toUpperCase()]) {
-          const options = parseStoreUrl(`${s}://127.0.0.1:1`);
+          const options = parseStoreUrl(sampleUrl(s));
           expect(options.kind, s).toBe(backend.kind);
           expect(backendForScheme(scheme)).toBe(backend);
         }
@@ -63,7 +68,7 @@ describe('store registry', () => {
       for (const shown of storeBackends.flatMap((b) => b.shown)) expect(message).toContain(shown);
     }
     // The list as users have seen it since 1.0 (derived from the registry now).
-    expect(availableSchemes()).toBe('sqlite:PATH, memory:, postgres://, mysql://, redis://, etcd://, etcds:// (and redlock:// for tenure lock)');
+    expect(availableSchemes()).toBe('sqlite:PATH, memory:, postgres://, mysql://, redis://, etcd://, etcds://, raft://, rafts://, zk://, azblob://, azblobs:// (and redlock:// for tenure lock)');
   });
 
   it('refuses redlock:// as a store with its own message', () => {
@@ -80,7 +85,7 @@ describe('store registry', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-    await expect(openStore({ kind: 'zookeeper' } as unknown as StoreOptions)).rejects.toThrow("unknown store kind 'zookeeper'");
+    await expect(openStore({ kind: 'consul' } as unknown as StoreOptions)).rejects.toThrow("unknown store kind 'consul'");
     for (const backend of storeBackends) expect(typeof backend.open, backend.kind).toBe('function');
   });
 
@@ -92,11 +97,11 @@ describe('store registry', () => {
       writeFileSync(
         join(dir, 'hooks.mjs'),
         'export async function resolve(s, c, next) { const r = await next(s, c); ' +
-          "if (/node_modules\\/(pg|mysql2|ioredis|etcd3|better-sqlite3)\\/|stores\\/[a-z]+\\/[a-z-]+-store\\.js$/.test(r.url)) process.stderr.write('LOADED ' + r.url + '\\n'); return r; }\n",
+          "if (/node_modules\\/(pg|mysql2|ioredis|etcd3|better-sqlite3|node-zookeeper-client)\\/|stores\\/[a-z]+\\/[a-z-]+-store\\.js$/.test(r.url)) process.stderr.write('LOADED ' + r.url + '\\n'); return r; }\n",
       );
       writeFileSync(join(dir, 'register.mjs'), `import { register } from 'node:module'; register(${JSON.stringify(pathToFileURL(join(dir, 'hooks.mjs')).href)});\n`);
       const index = pathToFileURL(fileURLToPath(new URL('../../dist/src/index.js', import.meta.url))).href;
-      const urls = storeBackends.flatMap((b) => b.schemes.map((s) => `${s}://127.0.0.1:1`));
+      const urls = storeBackends.flatMap((b) => b.schemes.map(sampleUrl));
       const script = `const m = await import(${JSON.stringify(index)}); for (const u of ${JSON.stringify(urls)}) m.parseStoreUrl(u); const s = await m.openStore('memory:'); await s.close();`;
       const r = spawnSync(process.execPath, ['--import', pathToFileURL(join(dir, 'register.mjs')).href, '--input-type=module', '-e', script], { encoding: 'utf8' });
       expect(r.status, r.stderr).toBe(0);

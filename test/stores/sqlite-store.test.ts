@@ -12,6 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { StoreUnavailableError } from '../../src/index.js';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
 import { fixturePath } from '../fixtures/harness.js';
+import { openTestSqlite } from '../fixtures/sqlite-compat.js';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -24,6 +25,73 @@ function dbPath(): string {
 }
 
 describe('SqliteStore', () => {
+  it('migrates a version 1 file (entries without append times): read-only it reads them with time 0, a writable open gives them the migration time', async () => {
+    const path = dbPath();
+    const old = new SqliteStore({ path });
+    const { lease } = await old.acquire('g', 'a~1', 60_000);
+    await old.appendFenced({ lease: 'g', term: lease.term }, 's', 'one');
+    await old.close();
+    const raw = openTestSqlite(path);
+    raw.exec('ALTER TABLE tenure_streams DROP COLUMN appended_at');
+    raw.exec("UPDATE tenure_schema SET value = '1' WHERE key = 'version'");
+    raw.close();
+    const reader = new SqliteStore({ path, readOnly: true });
+    expect(await reader.readStream('s')).toEqual([{ stream: 's', seq: 1, lease: 'g', term: lease.term, payload: 'one', appendedAt: 0 }]);
+    await reader.close();
+    const t0 = Date.now();
+    const store = new SqliteStore({ path });
+    const [one] = await store.readStream('s');
+    expect(one!.appendedAt).toBeGreaterThanOrEqual(t0);
+    expect(one!.appendedAt).toBeLessThanOrEqual(Date.now());
+    expect(await store.appendFenced({ lease: 'g', term: lease.term }, 's', 'two')).toBe(2);
+    const head = await store.streamHead('s');
+    expect(head.seq).toBe(2);
+    expect((await store.readStream('s'))[1]!.appendedAt).toBeLessThanOrEqual(head.nowMs);
+    await store.close();
+    const check = openTestSqlite(path, { readonly: true });
+    expect(check.prepare("SELECT value FROM tenure_schema WHERE key = 'version'").get()).toEqual({ value: '2' });
+    check.close();
+  });
+
+  it('keeps two in-memory databases apart: an append to one is not told to the watcher of the other', async () => {
+    const a = new SqliteStore({ path: ':memory:' });
+    const b = new SqliteStore({ path: ':memory:' });
+    const heads: number[] = [];
+    const stop = b.watchStream('s', (h) => heads.push(h));
+    const { lease } = await a.acquire('g', 'a~1', 60_000);
+    await a.appendFenced({ lease: 'g', term: lease.term }, 's', 'one');
+    await new Promise((r) => setTimeout(r, 60));
+    expect(heads).toEqual([]);
+    stop();
+    await a.close();
+    await b.close();
+  });
+
+  it('tells a stream watcher of appends by another store in this process at once, and of another connection through data_version', async () => {
+    const path = dbPath();
+    const writer = new SqliteStore({ path });
+    const watcher = new SqliteStore({ path, pollMs: 10 });
+    const { lease } = await writer.acquire('g', 'a~1', 60_000);
+    const heads: number[] = [];
+    const stop = watcher.watchStream('s', (h) => heads.push(h));
+    await writer.appendFenced({ lease: 'g', term: lease.term }, 's', 'one');
+    await new Promise((r) => setImmediate(r));
+    expect(heads).toEqual([1]); // in-process: told in the same turn, no poll
+    // Another connection (as another process would) writes entry 2 by hand.
+    const raw = openTestSqlite(path);
+    raw.prepare("INSERT INTO tenure_streams (stream, seq, lease, term, payload, appended_at) VALUES ('s', 2, 'g', ?, 'two', ?)").run(lease.term, Date.now());
+    raw.close();
+    const until = performance.now() + 2000;
+    while (!heads.includes(2) && performance.now() < until) await new Promise((r) => setTimeout(r, 5));
+    expect(heads).toEqual([1, 2]);
+    stop();
+    await writer.appendFenced({ lease: 'g', term: lease.term }, 's', 'three');
+    await new Promise((r) => setTimeout(r, 50));
+    expect(heads).toEqual([1, 2]);
+    await writer.close();
+    await watcher.close();
+  });
+
   it('lets timers fire while leader work appends in a tight loop (the deadline timer must not starve)', async () => {
     const store = new SqliteStore({ path: dbPath() });
     const { lease } = await store.acquire('g', 'a~1', 10_000);

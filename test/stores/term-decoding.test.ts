@@ -320,6 +320,29 @@ async function waitFor(cond: () => boolean, timeoutMs: number): Promise<void> {
 }
 
 describe('stream entries whose term tenure cannot use', () => {
+  it.skipIf(!etcdInstalled())('etcd: an entry value that is not a tenure entry is a StoreDataError for readStream and readLast, not a SyntaxError', async () => {
+    const cluster = await sharedEtcd();
+    const namespace = `entries-${randomBytes(6).toString('hex')}/`;
+    const store = new EtcdStore({ hosts: cluster.hosts, namespace });
+    const admin = new EtcdStore({ hosts: cluster.hosts });
+    try {
+      const got = await store.acquire('w', 'a~1', 5000);
+      await store.appendFenced({ lease: 'w', term: got.lease.term }, 's', 'one');
+      for (const value of ['{"lease": "w", oops', '[1, 2]', '{"lease": "w", "term": 1}']) {
+        await admin.client.put(store.connection.layout.entry('s', 1)).value(value);
+        for (const read of [() => store.readStream('s'), () => store.readLast('s')]) {
+          const err = await read().catch((e: unknown) => e);
+          expect(err).toBeInstanceOf(StoreDataError);
+          expect((err as Error).message).toBe('etcd store: entry 1 of stream "s" is not a tenure stream entry (written by another program?)');
+        }
+      }
+    } finally {
+      await store.close();
+      await admin.client.delete().prefix(namespace);
+      await admin.close();
+    }
+  });
+
   it('SQLite: readStream of an entry at term 2^63 - 1 or 2^53 + 1 is a StoreDataError naming the lease, never a rounded term', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'tenure-terms-'));
     const path = join(dir, 'tenure.db');
@@ -334,6 +357,8 @@ describe('stream entries whose term tenure cannot use', () => {
         expect(err).toBeInstanceOf(StoreDataError);
         // Read as text, exactly as planted (a number would already be rounded, or, on node:sqlite, a RangeError).
         expect((err as Error).message).toContain(`sqlite store: lease "w" holds term "${term}", which is not an integer`);
+        // The last entry alone (a state cell's read) is decoded the same way.
+        await expect(store.readLast('s')).rejects.toThrow(`sqlite store: lease "w" holds term "${term}", which is not an integer`);
       }
       db.close();
     } finally {
@@ -354,6 +379,7 @@ describe('stream entries whose term tenure cannot use', () => {
       const err = await store.readStream('s').catch((e: unknown) => e);
       expect(err).toBeInstanceOf(StoreDataError);
       expect((err as Error).message).toContain(`postgres store: lease "w" holds term "${ABOVE_SAFE}"`);
+      await expect(store.readLast('s')).rejects.toThrow(`postgres store: lease "w" holds term "${ABOVE_SAFE}"`);
     } finally {
       await admin.end();
       await store.close();

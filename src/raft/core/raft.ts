@@ -804,6 +804,13 @@ export class Raft {
   }
 
   private stepFollower(m: Message): DropReason | undefined {
+    // A read, proposal or transfer another node sent here (it took this node for the leader) is
+    // not relayed: relayed, it would leave as a message from that node sent by this one, which a
+    // transport that authenticates its peers refuses, batch and all (with nodes in separate
+    // processes, a follower read racing a change of leader stopped the node that relayed it).
+    // Dropped, the sender's read or transfer times out and is asked again; its proposals are not
+    // relayed either (a node proposes only as leader).
+    if ((m.type === 'prop' || m.type === 'readIndex' || m.type === 'transferLeader') && m.from !== NONE && m.from !== this.id) return undefined;
     switch (m.type) {
       case 'prop':
         // A node its own configuration no longer lists gets no more entries from the leader: it

@@ -67,6 +67,24 @@ export class MemoryStorage implements Storage {
     this.ents = [{ index: 0, term: 0, type: 'normal', data: new Uint8Array() }];
   }
 
+  /**
+   * Storage holding what a node recovered from disk: its hard state, its snapshot and the log
+   * after it. `ents[0]` must be the dummy at the snapshot's index and term; `ents` is kept as
+   * given, not copied (a recovered log may hold millions of entries). A durable storage keeps one
+   * of these as the index of its log in memory.
+   */
+  static restore(hardState: HardState, snap: Snapshot, ents: Entry[]): MemoryStorage {
+    const dummy = ents[0];
+    if (dummy === undefined || dummy.index !== snap.metadata.index || dummy.term !== snap.metadata.term) {
+      throw new InvariantError(`a restored log must start with the snapshot's index ${snap.metadata.index} and term ${snap.metadata.term}`);
+    }
+    const storage = new MemoryStorage(snap.metadata.confState);
+    storage.hardState = hardState;
+    storage.snap = snap;
+    storage.ents = ents;
+    return storage;
+  }
+
   initialState(): InitialState {
     return { hardState: this.hardState, confState: this.snap.metadata.confState };
   }

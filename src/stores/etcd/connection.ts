@@ -6,7 +6,7 @@
  */
 import { ClosedError, InvalidArgumentError, StoreUnavailableError, TenureError, checkMs, systemClock } from '../../core/index.js';
 import type { Clock } from '../../core/index.js';
-import { loadEtcd3 } from './driver.js';
+import { hostPolicy, loadEtcd3 } from './driver.js';
 import type { Etcd3, IKeyValue, IRequestOp, ICompare } from './driver.js';
 import type * as RPC from 'etcd3';
 import { KeyLayout } from './keys.js';
@@ -116,6 +116,7 @@ export class EtcdConnection {
         ...(tls && (tls.ca || tls.cert) ? { credentials: { rootCertificate: tls.ca as Buffer, ...(tls.key ? { privateKey: tls.key } : {}), ...(tls.cert ? { certChain: tls.cert } : {}) } } : {}),
         ...(auth ? { auth: { username: auth.username, password: auth.password } } : {}),
         dialTimeout: timeoutMs,
+        faultHandling: { host: hostPolicy() },
         // gRPC deadlines are wall-clock instants by API; only unary calls get one (streams live on).
         defaultCallOptions: (context) => (context.isStream ? {} : { deadline: new Date(Date.now() + timeoutMs) }),
       });

@@ -38,10 +38,14 @@ import {
   ClosedError,
   InvalidArgumentError,
   StaleTermError,
+  StoreDataError,
   StoreUnavailableError,
+  VersionConflictError,
+  checkAppendOptions,
   checkName,
   checkOwner,
   checkPayload,
+  checkPurgePrefix,
   checkReadOptions,
   checkTerm,
   checkToken,
@@ -57,6 +61,7 @@ import {
 } from '../../core/index.js';
 import type {
   AcquireResult,
+  AppendFencedOptions,
   FencingToken,
   Lease,
   LeaseMeta,
@@ -68,6 +73,7 @@ import type {
   WatchListener,
 } from '../../core/index.js';
 import { CandidateWatch } from './candidate-watch.js';
+import { StreamWatch } from './stream-watch.js';
 import { EtcdConnection, ttlSecondsFor } from './connection.js';
 import type { EtcdConnectionOptions, TxnResponse } from './connection.js';
 import type { Etcd3, ICompare, IKeyValue, IRequestOp } from './driver.js';
@@ -123,6 +129,8 @@ export class EtcdStore implements Store {
   readonly connection: EtcdConnection;
   private readonly own = new Map<string, OwnLease>();
   private readonly watched = new Map<string, Watched>();
+  /** Streams watched through `watchStream`: one etcd watch each, its listeners and the highest head told. */
+  private readonly watchedStreams = new Map<string, { readonly watch: StreamWatch; readonly listeners: Set<(head: number) => void>; last: number }>();
   private readonly appendQueues = new Map<string, Promise<unknown>>();
   private readonly held = new Map<string, HeldKey>();
   /** Spare leases of waiting candidates (`spare-leases.ts`). */
@@ -338,14 +346,43 @@ export class EtcdStore implements Store {
     return Promise.all(sorted.map(([name, kv]) => this.describe(name, { kv, value: decodeValue(kv.value) }, termOf.get(name) ?? 0)));
   }
 
-  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+  /**
+   * Delete every lease, term, fence, waiting room and stream whose name starts with `prefix`.
+   * Candidate keys are `N/<hex>`, so a range over the prefix would also take the keys of a name
+   * that is the prefix less its last '/' ("run-1" under "run-1/"): they are read first (keys
+   * only) and deleted one by one if their name starts with the prefix; keys under the prefix that
+   * are not candidates (not tenure's, not etcdctl's) are left alone. The rest are exact ranges,
+   * deleted in one transaction. The etcd leases the deleted candidates were attached to are left
+   * to expire (a holder in another process is not told, as the Store contract says).
+   */
+  async purge(prefix: string): Promise<number> {
+    checkPurgePrefix(prefix);
+    const layout = this.connection.layout;
+    const names = layout.namesFrom(prefix);
+    const found = await this.connection.txn('purge', [], [{ request_range: { key: rangeStart(names), range_end: prefixEnd(names), keys_only: true } }]);
+    const candidates = rangeKvs(found.responses[0]).filter((kv) => layout.nameOf(kv.key)?.startsWith(prefix) === true);
+    let n = 0;
+    const ops: IRequestOp[] = [
+      ...candidates.map((kv) => ({ request_delete_range: { key: kv.key } })),
+      ...layout.internalFrom(prefix).map((from) => ({ request_delete_range: { key: from, range_end: prefixEnd(from) } })),
+    ];
+    // etcd's default limit is 128 operations per transaction.
+    for (let i = 0; i < ops.length; i += 100) {
+      const res = await this.connection.txn('purge', [], ops.slice(i, i + 100));
+      for (const r of res.responses) n += Number(r.response_delete_range?.deleted ?? 0);
+    }
+    return n;
+  }
+
+  async appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
+    const expectSeq = checkAppendOptions(options);
     if (this.connection.isClosed) throw new ClosedError(`${this.connection.label} store`);
     // Appends from this process to one stream go one at a time; other processes race by txn.
     const before = this.appendQueues.get(stream) ?? Promise.resolve();
-    const mine = before.catch(() => {}).then(() => this.appendOnce(token, stream, payload));
+    const mine = before.catch(() => {}).then(() => this.appendOnce(token, stream, payload, expectSeq));
     this.appendQueues.set(stream, mine);
     void mine.catch(() => {}).finally(() => {
       if (this.appendQueues.get(stream) === mine) this.appendQueues.delete(stream);
@@ -362,10 +399,57 @@ export class EtcdStore implements Store {
       range_end: prefixEnd(layout.entries(stream)),
       limit,
     });
-    return kvs.map((kv) => {
-      const e = JSON.parse(kv.value.toString()) as { lease: string; term: number; payload: string };
-      return decodeStreamEntry('etcd', stream, { seq: layout.seqOf(kv.key), lease: e.lease, term: e.term, payload: e.payload });
+    return kvs.map((kv) => decodeEtcdEntry(stream, layout.seqOf(kv.key), kv.value));
+  }
+
+  /** The stream's last entry: one range read of the entries' prefix, backwards, limit 1. */
+  async readLast(stream: string): Promise<StreamEntry | null> {
+    checkName('stream', stream);
+    const layout = this.connection.layout;
+    const entries = layout.entries(stream);
+    const { kvs } = await this.connection.range(`read the last entry of stream ${stream}`, {
+      key: entries,
+      range_end: prefixEnd(entries),
+      sort_target: 'Key',
+      sort_order: 'Descend',
+      limit: 1,
     });
+    const kv = kvs[0];
+    return kv ? decodeEtcdEntry(stream, layout.seqOf(kv.key), kv.value) : null;
+  }
+
+  /**
+   * Push for streams from an etcd watch on the stream's entry keys: `listener` hears the new head
+   * after appends by any writer. The head is read and told when the watch starts and whenever it
+   * starts over (a reconnect, a compacted revision), so nothing appended meanwhile is missed.
+   */
+  watchStream(stream: string, listener: (head: number) => void): Unsubscribe {
+    checkName('stream', stream);
+    if (this.connection.isClosed) throw new ClosedError(`${this.connection.label} store`);
+    let w = this.watchedStreams.get(stream);
+    if (!w) {
+      const entry = {
+        listeners: new Set<(head: number) => void>(),
+        last: 0,
+        watch: new StreamWatch(this.connection, stream, (head, again) => {
+          if (!again && head <= entry.last) return;
+          entry.last = Math.max(entry.last, head);
+          for (const l of [...entry.listeners]) l(head);
+        }),
+      };
+      w = entry;
+      this.watchedStreams.set(stream, entry);
+      entry.watch.start();
+    }
+    w.listeners.add(listener);
+    const entry = w;
+    return () => {
+      entry.listeners.delete(listener);
+      if (entry.listeners.size === 0 && this.watchedStreams.get(stream) === entry) {
+        this.watchedStreams.delete(stream);
+        entry.watch.stop();
+      }
+    };
   }
 
   /**
@@ -415,6 +499,8 @@ export class EtcdStore implements Store {
       this.room.follow(name, false);
     }
     this.watched.clear();
+    for (const w of this.watchedStreams.values()) w.watch.stop();
+    this.watchedStreams.clear();
     // Leave the waiting rooms before the connection goes, so no release hands over to a closed
     // store (bounded: a store that cannot reach etcd closes anyway, and its spares expire).
     const left = this.spares.leaveAll();
@@ -562,6 +648,14 @@ export class EtcdStore implements Store {
     return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) } };
   }
 
+  /**
+   * `owner` stopped waiting for `name` (its elector stopped without leading): its spare leaves the
+   * waiting room, so no release hands the name to a candidate that is gone.
+   */
+  withdraw(name: string, owner: string): Promise<void> {
+    return this.spares.withdraw(name, owner);
+  }
+
   /** Forget and revoke the lease of a key we deleted (only that key was on it). */
   private dropLease(leaseId: string): void {
     this.own.delete(leaseId);
@@ -681,7 +775,7 @@ export class EtcdStore implements Store {
     for (const l of [...w.listeners]) l(lease);
   }
 
-  private async appendOnce(token: FencingToken, stream: string, payload: string): Promise<number> {
+  private async appendOnce(token: FencingToken, stream: string, payload: string, expectSeq: number | undefined): Promise<number> {
     const conn = this.connection;
     const layout = conn.layout;
     const fenceKey = layout.fence(token.lease);
@@ -710,11 +804,17 @@ export class EtcdStore implements Store {
       // is created only if absent (the Create compare below), so this read cannot go out of date.
       const owner = firstKv ? (JSON.parse(firstKv.value.toString()) as { lease?: unknown }).lease : undefined;
       if (typeof owner === 'string' && owner !== token.lease) throw foreignStreamError(stream, owner, token.lease);
-      const seq = lastKv ? layout.seqOf(lastKv.key) + 1 : 1;
+      const head = lastKv ? layout.seqOf(lastKv.key) : 0;
+      // The compare-and-set on the head: the txn below creates entry head + 1 only if it is still
+      // free, and entries are never deleted, so "head as read" still holds when the txn succeeds.
+      if (expectSeq !== undefined && expectSeq !== head) throw new VersionConflictError(stream, expectSeq, head);
+      const seq = head + 1;
       const entryKey = layout.entry(stream, seq);
       const ops: IRequestOp[] = [];
       if (token.term > highest) ops.push({ request_put: { key: fenceKey, value: Buffer.from(String(token.term)) } });
-      ops.push({ request_put: { key: entryKey, value: Buffer.from(JSON.stringify({ lease: token.lease, term: token.term, payload, id: appendId })) } });
+      // at: the append time. etcd has no clock a client can read, so it is this host's wall clock
+      // (informational: lag in ms is not measured on etcd, as it would compare two hosts' clocks).
+      ops.push({ request_put: { key: entryKey, value: Buffer.from(JSON.stringify({ lease: token.lease, term: token.term, payload, id: appendId, at: Date.now() })) } });
       // The fence did not move and the slot is free: the check and the write are one step.
       const res = await conn.txn(
         `append to ${stream}`,
@@ -750,4 +850,19 @@ function foreignOwner(leaseId: string): string {
 
 function rangeKvs(op: { response_range?: { kvs: IKeyValue[] } } | undefined): IKeyValue[] {
   return op?.response_range?.kvs ?? [];
+}
+
+/** A stream entry's value as tenure writes it (JSON: lease, term, payload); anything else is a StoreDataError. */
+function decodeEtcdEntry(stream: string, seq: number, value: Buffer): StreamEntry {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value.toString());
+  } catch {
+    parsed = null;
+  }
+  const e = (typeof parsed === 'object' && parsed !== null ? parsed : {}) as { lease?: unknown; term?: unknown; payload?: unknown; at?: unknown };
+  if (typeof e.lease !== 'string' || typeof e.payload !== 'string') {
+    throw new StoreDataError(`etcd store: entry ${seq} of stream ${JSON.stringify(stream)} is not a tenure stream entry (written by another program?)`);
+  }
+  return decodeStreamEntry('etcd', stream, { seq, lease: e.lease, term: e.term, payload: e.payload, appendedAt: e.at });
 }

@@ -116,6 +116,14 @@ export class KeyLayout {
     return Buffer.from(`${this.namespace}${INTERNAL}wait/${name}\u0000${leaseIdHex(leaseId)}`);
   }
 
+  /**
+   * What `purge(prefix)` deletes by range besides the candidates: the term counters, fences,
+   * waiting rooms and stream entries of every name or stream starting with `prefix`.
+   */
+  internalFrom(prefix: string): Buffer[] {
+    return ['term', 'fence', 'wait', 'stream'].map((kind) => Buffer.from(`${this.namespace}${INTERNAL}${kind}/${prefix}`));
+  }
+
   /** The fence of a name: the highest term a fenced write has carried, as decimal text. */
   fence(name: string): Buffer {
     return Buffer.from(`${this.namespace}${INTERNAL}fence/${name}`);

@@ -157,6 +157,11 @@ export class SpareLeases {
     if (this.spares.get(name)?.owner === owner) void this.drop(name);
   }
 
+  /** `owner` stopped waiting for `name`: its spare leaves the waiting room (settles when it has, or failed to). */
+  withdraw(name: string, owner: string): Promise<void> {
+    return this.spares.get(name)?.owner === owner ? this.drop(name) : Promise.resolve();
+  }
+
   drop(name: string): Promise<void> {
     const spare = this.spares.get(name);
     if (!spare) return Promise.resolve();

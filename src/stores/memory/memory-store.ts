@@ -4,8 +4,11 @@
  */
 import {
   ClosedError,
+  checkPurgePrefix,
   StaleTermError,
   InvalidArgumentError,
+  VersionConflictError,
+  checkAppendOptions,
   checkName,
   checkOwner,
   checkPayload,
@@ -28,6 +31,7 @@ import {
 } from '../../core/index.js';
 import type {
   AcquireResult,
+  AppendFencedOptions,
   Clock,
   FencingToken,
   Lease,
@@ -38,6 +42,7 @@ import type {
   RenewResult,
   Store,
   StreamEntry,
+  StreamHead,
   Unsubscribe,
   WatchListener,
 } from '../../core/index.js';
@@ -45,6 +50,18 @@ import type {
 export interface MemoryStoreOptions {
   /** The store's clock (default: the system's monotonic clock). */
   clock?: Clock;
+  /**
+   * The clock of entries' append times and of `streamHead().nowMs`, ms since the epoch (default
+   * Date.now). One process, one clock: lag computed from the two never crosses machines.
+   */
+  wallClock?: () => number;
+  /**
+   * Report a refused stale append into this process's fenced-rejection feed (`onFencedRejection`),
+   * as every store does where the refusal reaches the writer. Default true. A memory store that
+   * stands for a store in other processes (the simulator's model of a remote store) sets false,
+   * and its caller reports each refusal when the writer receives it.
+   */
+  reportRejections?: boolean;
 }
 
 export class MemoryStore implements Store {
@@ -54,10 +71,15 @@ export class MemoryStore implements Store {
   private readonly fences = new Map<string, number>();
   private readonly streams = new Map<string, StreamEntry[]>();
   private readonly watchers = new Map<string, Set<WatchListener>>();
+  private readonly streamWatchers = new Map<string, Set<(head: number) => void>>();
+  private readonly wallClock: () => number;
+  private readonly reportRejections: boolean;
   private closed = false;
 
   constructor(options: MemoryStoreOptions = {}) {
     this.clock = options.clock ?? systemClock;
+    this.wallClock = options.wallClock ?? Date.now;
+    this.reportRejections = options.reportRejections ?? true;
   }
 
   acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
@@ -133,25 +155,44 @@ export class MemoryStore implements Store {
     });
   }
 
-  appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+  /** Delete every lease, fence and stream whose name starts with `prefix`; how many went. */
+  async purge(prefix: string): Promise<number> {
+    checkPurgePrefix(prefix);
+    return await this.op(() => {
+      let n = 0;
+      for (const map of [this.leases, this.fences, this.streams] as Map<string, unknown>[]) {
+        for (const name of [...map.keys()]) if (name.startsWith(prefix) && map.delete(name)) n++;
+      }
+      return n;
+    });
+  }
+
+  appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {
     return this.op(() => {
       checkToken('token', token);
       checkName('stream', stream);
       checkPayload('payload', payload);
+      const expectSeq = checkAppendOptions(options);
       const highest = this.fences.get(token.lease) ?? 0;
       const leaseTerm = this.leases.get(token.lease)?.term ?? 0;
       const verdict = decideFence(token.term, highest, leaseTerm);
-      if (verdict === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, highest), { stream });
+      if (verdict === 'stale') {
+        const error = new StaleTermError(token.lease, token.term, highest);
+        throw this.reportRejections ? reportStale(error, { stream }) : error;
+      }
       if (verdict === 'unissued') {
         throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${leaseTerm})`);
       }
       let entries = this.streams.get(stream);
       const owner = entries?.[0]?.lease;
       if (owner !== undefined && owner !== token.lease) throw foreignStreamError(stream, owner, token.lease);
+      const head = entries?.length ?? 0;
+      if (expectSeq !== undefined && expectSeq !== head) throw new VersionConflictError(stream, expectSeq, head);
       this.fences.set(token.lease, token.term);
       if (!entries) this.streams.set(stream, (entries = []));
       const seq = entries.length + 1;
-      entries.push({ stream, seq, lease: token.lease, term: token.term, payload });
+      entries.push({ stream, seq, lease: token.lease, term: token.term, payload, appendedAt: Math.floor(this.wallClock()) });
+      this.notifyStream(stream, seq);
       return seq;
     });
   }
@@ -163,6 +204,34 @@ export class MemoryStore implements Store {
       // seq is 1-based and gap-free, so entry `after` sits at index `after`.
       return (this.streams.get(stream) ?? []).slice(after, after + limit);
     });
+  }
+
+  readLast(stream: string): Promise<StreamEntry | null> {
+    return this.op(() => {
+      checkName('stream', stream);
+      return this.streams.get(stream)?.at(-1) ?? null;
+    });
+  }
+
+  /** The stream's head and this store's wall clock, in one step. */
+  streamHead(stream: string): Promise<StreamHead> {
+    return this.op(() => {
+      checkName('stream', stream);
+      return { seq: this.streams.get(stream)?.length ?? 0, nowMs: Math.floor(this.wallClock()) };
+    });
+  }
+
+  /** Push for streams: every append is told after its step (several may be told at once). */
+  watchStream(stream: string, listener: (head: number) => void): Unsubscribe {
+    checkName('stream', stream);
+    if (this.closed) throw new ClosedError('memory store');
+    let set = this.streamWatchers.get(stream);
+    if (!set) this.streamWatchers.set(stream, (set = new Set()));
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0 && this.streamWatchers.get(stream) === set) this.streamWatchers.delete(stream);
+    };
   }
 
   watch(name: string, listener: WatchListener): Unsubscribe {
@@ -179,6 +248,7 @@ export class MemoryStore implements Store {
   close(): Promise<void> {
     this.closed = true;
     this.watchers.clear();
+    this.streamWatchers.clear();
     return Promise.resolve();
   }
 
@@ -190,6 +260,12 @@ export class MemoryStore implements Store {
     } catch (err) {
       return Promise.reject(err as Error);
     }
+  }
+
+  private notifyStream(stream: string, head: number): void {
+    const set = this.streamWatchers.get(stream);
+    if (!set) return;
+    for (const listener of [...set]) queueMicrotask(() => listener(head));
   }
 
   private notify(name: string, lease: Lease | null): void {

@@ -21,6 +21,8 @@ export interface MysqlConnection extends MysqlExecutor {
   query(sql: string, values?: MysqlValue[]): Promise<MysqlResult>;
   release(): void;
   destroy(): void;
+  /** mysql2 connections are event emitters: 'end' when the server closed the connection, 'error' on a fatal error. */
+  on?(event: 'end' | 'error', listener: () => void): unknown;
 }
 
 /** A mysql2/promise Pool, or anything shaped like it. */
@@ -35,6 +37,7 @@ interface CoreConnection {
   query(sql: string, values: MysqlValue[] | undefined, cb: (err: Error | null, result?: unknown, fields?: unknown) => void): void;
   release(): void;
   destroy(): void;
+  on?(event: 'end' | 'error', listener: () => void): unknown;
 }
 
 /** mysql2's callback-style pool, as a promise Pool exposes it (`.pool`, public in mysql2's types). */
@@ -69,7 +72,13 @@ function lean(c: CoreConnection): MysqlConnection {
       new Promise<MysqlResult>((resolve, reject) => {
         c[method](sql, values, (err, result, fields) => (err ? reject(err) : resolve([result, fields])));
       });
-  return { execute: call('execute'), query: call('query'), release: () => c.release(), destroy: () => c.destroy() };
+  return {
+    execute: call('execute'),
+    query: call('query'),
+    release: () => c.release(),
+    destroy: () => c.destroy(),
+    on: (event, listener) => c.on?.(event, listener),
+  };
 }
 
 interface Mysql2Promise {

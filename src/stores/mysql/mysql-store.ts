@@ -12,21 +12,28 @@
  * - Statements go through mysql2's callback API under a mysql2 promise pool (see connector); calls
  *   are bounded by one shared timer (PooledCalls, as in the PostgreSQL store).
  * - The schema is created on first use under `GET_LOCK`, with a version row.
- * - No push: MySQL has no LISTEN/NOTIFY. Candidates wake at the server-reported expiry. With
- *   `watchPollMs` set, `watch()` polls the watched leases at that interval so a graceful release
- *   is seen within one poll (at the price of one small query per interval per watched lease).
+ * - Push by wake locks (MySQL has no LISTEN/NOTIFY; see wake.ts): while this store holds a lease,
+ *   a dedicated session holds the lease's user-level lock (`GET_LOCK`) and releases it right after
+ *   the lease's release; `watch()` keeps a connection per watched name blocked in `GET_LOCK` on it,
+ *   so a graceful release wakes waiters at once. A hint only: the lease row decides everything.
+ *   Names watched beyond `wakeConnections`, and a waiter whose connection was lost, are polled
+ *   (every `watchPollMs`, when set). Candidates also wake at the server-reported expiry, as before.
  * - Any driver failure, and any call that takes longer than `timeoutMs`, rejects with
  *   StoreUnavailableError naming host:port: the outcome is unknown (rule 3).
  */
 import {
   ClosedError,
+  checkPurgePrefix,
   InvalidArgumentError,
   StaleTermError,
+  StoreDataError,
   StoreUnavailableError,
   TenureError,
   checkMs,
   checkName,
   checkOwner,
+  VersionConflictError,
+  checkAppendOptions,
   checkPayload,
   checkReadOptions,
   checkRenewItems,
@@ -46,6 +53,7 @@ import {
 } from '../../core/index.js';
 import type {
   AcquireResult,
+  AppendFencedOptions,
   FencingToken,
   Lease,
   LeaseMeta,
@@ -55,6 +63,7 @@ import type {
   RenewResult,
   Store,
   StreamEntry,
+  StreamHead,
   Unsubscribe,
   WatchListener,
 } from '../../core/index.js';
@@ -63,6 +72,8 @@ import { connector, loadMysql2 } from './driver.js';
 import type { MysqlConnection, MysqlPool, MysqlValue } from './driver.js';
 import { SCHEMA_VERSION, buildSql, checkPrefix } from './sql.js';
 import type { MysqlSql } from './sql.js';
+import { WakeHolder, Waker } from './wake.js';
+import type { WakeDeps } from './wake.js';
 
 export interface MysqlStoreOptions {
   /** `mysql://user:pass@host:port/db` — a pool is made from it (and closed by close()). */
@@ -75,8 +86,20 @@ export interface MysqlStoreOptions {
   tablePrefix?: string;
   /** A call with no answer after this long rejects with StoreUnavailableError (outcome unknown) and its connection is dropped, ms (default 5000). */
   timeoutMs?: number;
-  /** Enables a polling `watch()` at this interval, ms (default: no watch; candidates wake at expiry). */
+  /**
+   * Also poll every watched lease at this interval, ms (default: no polling). A waiter whose wake
+   * connection was lost, or that is woken without news, polls at this interval (default 1000)
+   * until it waits again.
+   */
   watchPollMs?: number;
+  /**
+   * Push hand-over by user-level locks (see the module comment): this store holds a wake lock per
+   * lease it holds, on one dedicated connection, and `watch()` waits on them (default true with
+   * `url`; with `pool` false, as the dedicated connections would come from the user's pool).
+   */
+  wakeLocks?: boolean;
+  /** Most names watched by push at once, each on its own connection (default 16); more are polled (`watchPollMs`). */
+  wakeConnections?: number;
 }
 
 type Row = Record<string, unknown>;
@@ -88,6 +111,18 @@ interface Watched {
 
 /** Transactions that lost a deadlock or a race to insert the same new row: safe to run again. */
 const RETRYABLE = new Set([1213 /* ER_LOCK_DEADLOCK */, 1062 /* ER_DUP_ENTRY */]);
+/**
+ * How often such a loser runs again, and the wait before each new attempt: a random share of a
+ * doubling window capped at 100 ms, so that many writers appending to one stream at once (whose
+ * gap locks deadlock each other) spread out instead of meeting again at once.
+ */
+const RETRY_ATTEMPTS = 25;
+async function retryPause(err: unknown, attempt: number): Promise<boolean> {
+  const errno = (err as { errno?: unknown }).errno;
+  if (attempt >= RETRY_ATTEMPTS || typeof errno !== 'number' || !RETRYABLE.has(errno)) return false;
+  await new Promise((r) => setTimeout(r, Math.random() * Math.min(100, 2 ** attempt)));
+  return true;
+}
 
 /** Stream heads remembered per store (appends to other streams read the head from the table). */
 const HEADS_KEPT = 1024;
@@ -97,7 +132,7 @@ export class MysqlStore implements Store {
   /** host:port, as named in error messages. */
   readonly endpoint: string;
   readonly tablePrefix: string;
-  /** Present only when `watchPollMs` was given. */
+  /** Present with wake locks (the default with `url`) or `watchPollMs`. */
   readonly watch?: (name: string, listener: WatchListener) => Unsubscribe;
   private readonly pool: MysqlPool;
   private readonly ownsPool: boolean;
@@ -107,6 +142,14 @@ export class MysqlStore implements Store {
   private readonly calls: PooledCalls<MysqlConnection>;
   private closed = false;
   private readonly watched = new Map<string, Watched>();
+  /** Wake locks of the leases this store holds (null: no wake locks). */
+  private readonly holder: WakeHolder | null = null;
+  /** Per watched name with a wake connection, its waiter (at most wakeConnections). */
+  private readonly wakers = new Map<string, Waker>();
+  private readonly wakeConnections: number;
+  private readonly wakeDeps: WakeDeps | null = null;
+  /** The pool the dedicated connections come from (its own when made from `url`). */
+  private readonly wakePool: MysqlPool | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
   private polling = false;
   /** Per stream, the head this store last wrote or saw (see noteHead), least recently used first. */
@@ -149,10 +192,46 @@ export class MysqlStore implements Store {
       timedOut: (operation) => new StoreUnavailableError(`mysql store ${this.endpoint}: ${operation} got no answer within ${this.timeoutMs} ms; the outcome is unknown`),
       failed: (operation, err) => this.translate(operation, err),
     });
-    if (options.watchPollMs !== undefined) {
-      const pollMs = checkMs('watchPollMs', options.watchPollMs, 5, 600_000);
-      this.watch = (name, listener) => this.pollWatch(name, listener, pollMs);
+    const pollMs = options.watchPollMs === undefined ? undefined : checkMs('watchPollMs', options.watchPollMs, 5, 600_000);
+    const wakeLocks = options.wakeLocks ?? options.url !== undefined;
+    if (typeof wakeLocks !== 'boolean') throw new InvalidArgumentError('wakeLocks', `expected a boolean, got ${typeof wakeLocks}`);
+    this.wakeConnections = checkCount('wakeConnections', options.wakeConnections ?? 16, 0, 10_000);
+    if (wakeLocks) {
+      if (options.url !== undefined) {
+        const { createPool } = loadMysql2();
+        this.wakePool = createPool({
+          uri: options.url,
+          connectTimeout: this.timeoutMs + 1000,
+          enableKeepAlive: true,
+          waitForConnections: true,
+          ...options.poolConfig,
+          connectionLimit: this.wakeConnections + 1,
+        });
+      } else this.wakePool = this.pool;
+      const checkout = connector(this.wakePool);
+      this.wakeDeps = {
+        tablePrefix: this.tablePrefix,
+        checkout: async () => {
+          if (this.closed) throw new ClosedError('mysql store');
+          return checkout();
+        },
+        kill: (id) => this.calls.run('wake', async (c) => void (await c.query(`KILL CONNECTION ${Number(id)}`))),
+        poll: (name) => this.run('watch', (c) => this.pollOne(c, name)),
+        told: (name, row) => this.toldRow(name, row),
+        readAny: this.sql.readAny,
+        wokenRead: this.sql.wokenRead,
+        pollMs: pollMs ?? 1000,
+        timeoutMs: this.timeoutMs,
+      };
+      this.holder = new WakeHolder(this.wakeDeps);
     }
+    if (wakeLocks || pollMs !== undefined) this.watch = (name, listener) => this.addWatch(name, listener, pollMs);
+  }
+
+  /** Names this store holds a wake lock for, and names watched by a blocked wake connection (tests and diagnostics). */
+  wakeState(): { held: string[]; waiting: string[]; wakes: number } {
+    const ws = [...this.wakers.values()];
+    return { held: this.holder?.heldNames() ?? [], waiting: ws.filter((w) => w.blocked).map((w) => w.name), wakes: ws.reduce((n, w) => n + w.wakes, 0) };
   }
 
   /** Create or upgrade the tables now (otherwise done on first use). */
@@ -194,7 +273,10 @@ export class MysqlStore implements Store {
       await c.execute(this.sql.ensureRow, [name]);
       return (await attempt(c, true))!;
     });
-    if (result.acquired) this.noteLocal(name, { term: result.lease.term, owner }, result.lease);
+    if (result.acquired) {
+      this.holder?.hold(name, result.lease.term);
+      this.noteLocal(name, { term: result.lease.term, owner }, result.lease);
+    } else if (result.lease.owner !== owner) this.holder?.drop(name);
     return result;
   }
 
@@ -203,7 +285,7 @@ export class MysqlStore implements Store {
     checkOwner('owner', owner);
     checkTerm('term', term);
     checkTtl('ttlMs', ttlMs);
-    return this.run('renew', async (c) => {
+    const result = await this.run('renew', async (c): Promise<RenewResult> => {
       await c.execute(this.sql.renew, [ttlMs * 1000, ttlMs, name, owner, term]);
       // Renewed iff the lease is now ours, with this term, and live: no one else can extend it,
       // and a lease the UPDATE found expired cannot have come back to life since.
@@ -213,6 +295,8 @@ export class MysqlStore implements Store {
       const lease = rowLease(row);
       return { renewed: lease.owner === owner && lease.term === term, lease };
     });
+    if (!result.renewed) this.holder?.drop(name, term);
+    return result;
   }
 
   async renewMany(owner: string, leases: readonly RenewManyItem[], ttlMs: number): Promise<RenewResult[]> {
@@ -221,7 +305,7 @@ export class MysqlStore implements Store {
     checkRenewItems(leases);
     if (leases.length === 0) return [];
     const batch = JSON.stringify(leases.map((l) => ({ n: l.name, t: l.term })));
-    return this.run('renewMany', async (c) => {
+    const results = await this.run('renewMany', async (c) => {
       // One CALL, one round trip: the procedure renews the whole batch with one UPDATE and
       // reports each lease with one SELECT on the same connection.
       const rows = await callRows(c, this.sql.renewMany, [batch, ttlMs * 1000, ttlMs, owner]);
@@ -231,6 +315,8 @@ export class MysqlStore implements Store {
         return { renewed: lease.owner === owner && lease.term === Number(row.t), lease };
       });
     });
+    if (this.holder) results.forEach((r, i) => r.renewed || this.holder!.drop(leases[i]!.name, leases[i]!.term));
+    return results;
   }
 
   async release(name: string, owner: string, term: number): Promise<boolean> {
@@ -238,6 +324,8 @@ export class MysqlStore implements Store {
     checkOwner('owner', owner);
     checkTerm('term', term);
     const released = await this.run('release', async (c) => affected(await c.execute(this.sql.release, [name, owner, term])) === 1);
+    // Only now, after the row says so, are waiters woken: one woken earlier would find it held.
+    this.holder?.drop(name, term);
     if (released) this.noteLocal(name, { term, owner: null }, null);
     return released;
   }
@@ -250,15 +338,29 @@ export class MysqlStore implements Store {
     });
   }
 
+  /** Delete every lease, fence and stream entry whose name starts with `prefix`, in one transaction; how many rows went. */
+  async purge(prefix: string): Promise<number> {
+    checkPurgePrefix(prefix);
+    return await this.run('purge', (c) =>
+      this.transaction(c, async () => {
+        let n = 0;
+        for (const text of this.sql.purge) n += affected(await c.execute(text, [prefix, prefix]));
+        return n;
+      }),
+    );
+  }
+
   async list(prefix = ''): Promise<Lease[]> {
     if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
     return this.run('list', async (c) => (await select(c, this.sql.list, [prefix, prefix])).map(rowLease));
   }
 
-  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+  async appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
+    const expectSeq = checkAppendOptions(options);
+    if (expectSeq !== undefined) return this.appendExpecting(token, stream, payload, expectSeq);
     return this.run('appendFenced', async (c) => {
       // The one-statement paths do not look at the stream's owner: they are taken only for a
       // stream known to belong to the token's lease (entry 1 never changes once written). A
@@ -319,6 +421,48 @@ export class MysqlStore implements Store {
   }
 
   /**
+   * appendFenced with a compare-and-set on the stream's head: one statement when the term is the
+   * fence's and the head is as expected; otherwise one transaction that locks the fence row and
+   * the stream's head, and refuses (stale, never issued, another lease's stream, head moved)
+   * before writing anything, fence included.
+   */
+  private appendExpecting(token: FencingToken, stream: string, payload: string, expectSeq: number): Promise<number> {
+    return this.run('appendFenced', async (c) => {
+      try {
+        const values = [stream, expectSeq + 1, token.lease, token.term, payload, token.lease, token.term, expectSeq, stream, expectSeq, token.lease];
+        if (affected(await c.execute(this.sql.appendExpect, values)) === 1) {
+          this.noteHead(stream, expectSeq + 1);
+          return expectSeq + 1;
+        }
+      } catch (err) {
+        // ER_DUP_ENTRY: entry E + 1 exists, the head moved. A deadlock (racing writers at one
+        // head) rolled the statement back. Either way the transaction below decides.
+        const errno = (err as { errno?: unknown }).errno;
+        if (typeof errno !== 'number' || !RETRYABLE.has(errno)) throw err;
+      }
+      const seq = await this.transaction(c, async () => {
+        const fence = (await select(c, this.sql.lockFence, [token.lease]))[0];
+        const highest = fence ? Number(fence.max_term) : 0;
+        if (token.term < highest) throw reportStale(new StaleTermError(token.lease, token.term, highest), { stream });
+        if (token.term > highest) {
+          const issued = Number((await select(c, this.sql.issued, [token.lease]))[0]?.issued ?? 0);
+          if (token.term > issued) throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
+        }
+        const head = Number((await select(c, this.sql.lockHead, [stream]))[0]?.head ?? 0);
+        const owner = (await select(c, this.sql.firstLease, [stream]))[0];
+        if (owner && text(owner.lease) !== token.lease) throw foreignStreamError(stream, text(owner.lease), token.lease);
+        if (head !== expectSeq) throw new VersionConflictError(stream, expectSeq, head);
+        if (token.term > highest) await c.execute(fence ? this.sql.raiseFence : this.sql.insertFence, fence ? [token.term, token.lease] : [token.lease, token.term]);
+        await c.execute(this.sql.insertEntry, [stream, head + 1, token.lease, token.term, payload]);
+        return head + 1;
+      });
+      this.noteHead(stream, seq);
+      this.noteOwner(stream, token.lease);
+      return seq;
+    });
+  }
+
+  /**
    * Remember `seq` as written to `stream` (committed: every position up to it is taken, since
    * entries are only ever written at the head + 1). A remembered head is never above the table's,
    * so writing at it + 1 either extends the stream without a gap or collides with an entry
@@ -343,9 +487,33 @@ export class MysqlStore implements Store {
     const { after, limit } = checkReadOptions(options);
     return this.run('readStream', async (c) =>
       (await select(c, this.sql.readStream, [stream, after, limit])).map((row) =>
-        decodeStreamEntry('mysql', stream, { seq: row.seq, lease: text(row.lease), term: row.term, payload: text(row.payload) }),
+        decodeStreamEntry('mysql', stream, { seq: row.seq, lease: text(row.lease), term: row.term, payload: text(row.payload), appendedAt: row.appended_at }),
       ),
     );
+  }
+
+  /** The stream's last entry: the primary key read backwards, one index probe. */
+  async readLast(stream: string): Promise<StreamEntry | null> {
+    checkName('stream', stream);
+    return this.run('readLast', async (c) => {
+      const row = (await select(c, this.sql.readLast, [stream]))[0];
+      return row ? decodeStreamEntry('mysql', stream, { seq: row.seq, lease: text(row.lease), term: row.term, payload: text(row.payload), appendedAt: row.appended_at }) : null;
+    });
+  }
+
+  /**
+   * The stream's head and the server's `NOW(3)` (the clock of `appendedAt`), ms since the epoch,
+   * in one statement. MySQL has no push for streams (no `watchStream`): a Follower polls.
+   */
+  async streamHead(stream: string): Promise<StreamHead> {
+    checkName('stream', stream);
+    const row = await this.run('streamHead', async (c) => (await select(c, this.sql.streamHead, [stream]))[0]);
+    const seq = Number(row?.seq);
+    const nowMs = Number(row?.now_ms);
+    if (!Number.isSafeInteger(seq) || seq < 0 || !Number.isSafeInteger(nowMs)) {
+      throw new StoreDataError(`mysql store ${this.endpoint}: unexpected stream head ${String(row?.seq)} at ${String(row?.now_ms)}`);
+    }
+    return { seq, nowMs };
   }
 
   async close(): Promise<void> {
@@ -353,6 +521,12 @@ export class MysqlStore implements Store {
     this.closed = true;
     this.watched.clear();
     this.stopPolling();
+    // Blocked waits are killed on the server (from a pooled connection) and their connections
+    // dropped; the hold session's end frees its wake locks, waking other stores' waiters.
+    const wakers = [...this.wakers.values()];
+    this.wakers.clear();
+    await Promise.all([...wakers.map((w) => w.stop()), this.holder?.close()]);
+    if (this.wakePool && this.wakePool !== this.pool) await this.wakePool.end().catch(() => {});
     if (this.ownsPool) await this.pool.end().catch(() => {});
   }
 
@@ -373,11 +547,7 @@ export class MysqlStore implements Store {
       try {
         return await fn();
       } catch (err) {
-        const errno = (err as { errno?: unknown }).errno;
-        if (attempt < 10 && typeof errno === 'number' && RETRYABLE.has(errno)) {
-          await new Promise((r) => setTimeout(r, Math.random() * 2 * attempt));
-          continue;
-        }
+        if (await retryPause(err, attempt)) continue;
         throw err;
       }
     }
@@ -393,11 +563,7 @@ export class MysqlStore implements Store {
         return result;
       } catch (err) {
         await c.query('ROLLBACK').catch(() => {});
-        const errno = (err as { errno?: unknown }).errno;
-        if (attempt < 10 && typeof errno === 'number' && RETRYABLE.has(errno)) {
-          await new Promise((r) => setTimeout(r, Math.random() * 2 * attempt));
-          continue;
-        }
+        if (await retryPause(err, attempt)) continue;
         throw err;
       }
     }
@@ -417,6 +583,12 @@ export class MysqlStore implements Store {
       }
       if (version < SCHEMA_VERSION) {
         for (const statement of this.sql.schema) await c.query(statement);
+        // Version 5: added only when missing (MySQL has no ADD COLUMN IF NOT EXISTS).
+        const has = await select(c, 'SELECT 1 AS x FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?', [
+          this.sql.streamsTable,
+          'appended_at',
+        ]);
+        if (has.length === 0) await c.query(this.sql.addAppendedAt);
         await c.execute(
           `INSERT INTO ${this.sql.schemaTable} (\`key\`, value) VALUES ('version', ?) ON DUPLICATE KEY UPDATE value = VALUES(value)`,
           [String(SCHEMA_VERSION)],
@@ -434,8 +606,9 @@ export class MysqlStore implements Store {
 
   // ---- optional polling watch ------------------------------------------------------------
 
-  private pollWatch(name: string, listener: WatchListener, pollMs: number): Unsubscribe {
+  private addWatch(name: string, listener: WatchListener, pollMs: number | undefined): Unsubscribe {
     checkName('name', name);
+    if (typeof listener !== 'function') throw new InvalidArgumentError('listener', 'expected a function');
     if (this.closed) throw new ClosedError('mysql store');
     let w = this.watched.get(name);
     if (!w) {
@@ -443,17 +616,51 @@ export class MysqlStore implements Store {
       this.watched.set(name, w);
     }
     w.listeners.add(listener);
-    if (!this.pollTimer) {
+    this.startWakers();
+    if (pollMs !== undefined && !this.pollTimer) {
       this.pollTimer = setInterval(() => void this.poll(), pollMs);
       this.pollTimer.unref();
       void this.poll();
     }
     const entry = w;
+    let done = false;
     return () => {
+      if (done) return;
+      done = true;
       entry.listeners.delete(listener);
-      if (entry.listeners.size === 0 && this.watched.get(name) === entry) this.watched.delete(name);
+      if (entry.listeners.size === 0 && this.watched.get(name) === entry) {
+        this.watched.delete(name);
+        const waker = this.wakers.get(name);
+        if (waker) {
+          this.wakers.delete(name);
+          void waker.stop();
+          this.startWakers();
+        }
+      }
       if (this.watched.size === 0) this.stopPolling();
     };
+  }
+
+  /** Give watched names without a wake connection one, up to wakeConnections. */
+  private startWakers(): void {
+    if (!this.wakeDeps || this.closed) return;
+    for (const name of this.watched.keys()) {
+      if (this.wakers.size >= this.wakeConnections) return;
+      if (!this.wakers.has(name)) this.wakers.set(name, new Waker(name, this.wakeDeps));
+    }
+  }
+
+  /** Read `name` on `c` and tell its watchers; true iff that was news. */
+  private async pollOne(c: MysqlConnection, name: string): Promise<boolean> {
+    return this.toldRow(name, (await select(c, this.sql.readAny, [name]))[0]);
+  }
+
+  /** Tell `name`'s watchers what its row (a readAny row) says; true iff that was news to them. */
+  private toldRow(name: string, row: Row | undefined): boolean {
+    const w = this.watched.get(name);
+    if (!row || row.name === null || row.name === undefined || !w) return false;
+    const live = Number(row.live) === 1;
+    return this.advance(w, { term: decodeTerm('mysql', name, row.term), owner: live ? text(row.owner) : null }, live ? rowLease(row) : null);
   }
 
   private stopPolling(): void {
@@ -467,11 +674,9 @@ export class MysqlStore implements Store {
     try {
       await this.run('watch', async (c) => {
         for (const name of [...this.watched.keys()]) {
-          const row = (await select(c, this.sql.readAny, [name]))[0];
-          const w = this.watched.get(name);
-          if (!row || !w) continue;
-          const live = Number(row.live) === 1;
-          this.advance(w, { term: decodeTerm('mysql', name, row.term), owner: live ? text(row.owner) : null }, live ? rowLease(row) : null);
+          // A name whose wake connection waits needs no poll.
+          if (this.wakers.get(name)?.blocked) continue;
+          await this.pollOne(c, name);
         }
       });
     } catch {
@@ -486,14 +691,15 @@ export class MysqlStore implements Store {
     if (w) this.advance(w, state, lease);
   }
 
-  /** Tell listeners iff `state` is newer than what they were last told and not null after null. */
-  private advance(w: Watched, state: { term: number; owner: string | null }, lease: Lease | null): void {
+  /** Tell listeners iff `state` is newer than what they were last told and not null after null; whether it was newer. */
+  private advance(w: Watched, state: { term: number; owner: string | null }, lease: Lease | null): boolean {
     const last = w.last;
     const newer = state.term > last.term || (state.term === last.term && last.owner !== null && state.owner === null);
-    if (!newer) return;
+    if (!newer) return false;
     w.last = state;
-    if (last.owner === null && state.owner === null) return;
+    if (last.owner === null && state.owner === null) return true;
     for (const l of [...w.listeners]) queueMicrotask(() => l(lease));
+    return true;
   }
 }
 
@@ -569,4 +775,11 @@ function describe(err: unknown): string {
     return typeof code === 'string' && !msg.includes(code) ? `${msg} (${code})` : msg;
   }
   return String(err);
+}
+
+function checkCount(field: string, value: unknown, min: number, max: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new InvalidArgumentError(field, `expected an integer in [${min}, ${max}], got ${String(value)}`);
+  }
+  return value;
 }

@@ -23,8 +23,12 @@ import { checkTablePrefix } from '../../core/index.js';
  *    another lease and reports entry 1's lease as `first` (a store remembers it, and takes the
  *    one-statement paths only for a stream it knows is the token's lease's). Migrating 3 -> 4
  *    replaces the procedure; the tables are unchanged.
+ * 5: stream entries carry their append time: `appended_at TIMESTAMP(3)` set by its default,
+ *    CURRENT_TIMESTAMP(3), the server's clock (stored in UTC whatever the session's time zone),
+ *    so the append statements are unchanged. Migrating 4 -> 5 adds the column (`addAppendedAt`,
+ *    run only when missing); entries already there get the migration's time.
  */
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
 
 /** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
 export const checkPrefix = checkTablePrefix;
@@ -54,12 +58,29 @@ export interface MysqlSql {
   readonly release: string;
   readonly readLive: string;
   readonly readAny: string;
+  /** A woken waiter's one statement: release the wake lock (`?`) and read the lease (`?`); one row, its columns NULL when the lease has none. */
+  readonly wokenRead: string;
   readonly list: string;
   readonly appendFast: string;
   readonly appendAt: string;
   readonly append: string;
   readonly highest: string;
+  readonly appendExpect: string;
+  readonly lockFence: string;
+  readonly issued: string;
+  readonly insertFence: string;
+  readonly raiseFence: string;
+  readonly lockHead: string;
+  readonly firstLease: string;
+  readonly insertEntry: string;
   readonly readStream: string;
+  readonly readLast: string;
+  /** The streams table's name as information_schema spells it, and the statement adding `appended_at`. */
+  readonly streamsTable: string;
+  readonly addAppendedAt: string;
+  readonly streamHead: string;
+  /** `purge`: one DELETE per table of the names starting with ? (bytes compared, never a LIKE pattern). */
+  readonly purge: readonly string[];
 }
 
 export function buildSql(prefix: string): MysqlSql {
@@ -70,7 +91,14 @@ export function buildSql(prefix: string): MysqlSql {
   const S = ident(`${prefix}streams`);
   const appendProc = ident(`${prefix}append`);
   const renewManyProc = ident(`${prefix}renew_many`);
+  const startsWith = (column: string): string => `LEFT(${column}, LENGTH(CAST(? AS BINARY))) = CAST(? AS BINARY)`;
   return {
+    purge: [
+      `DELETE FROM ${L} WHERE ${startsWith('name')}`,
+      `DELETE FROM ${F} WHERE ${startsWith('name')}`,
+      `DELETE FROM ${S} WHERE ${startsWith('stream')}`,
+      `DELETE FROM ${H} WHERE ${startsWith('stream')}`,
+    ],
     lockName: `tenure:${prefix}`,
     schemaTable,
     schema: [
@@ -160,6 +188,7 @@ export function buildSql(prefix: string): MysqlSql {
     release: `UPDATE ${L} SET owner = NULL, expires_at = ${NOW} WHERE name = ? AND owner = ? AND term = ? AND ${LIVE}`,
     readLive: `SELECT ${COLS} FROM ${L} WHERE name = ? AND ${LIVE}`,
     readAny: `SELECT ${COLS}, (${LIVE}) AS live FROM ${L} WHERE name = ?`,
+    wokenRead: `SELECT RELEASE_LOCK(?) AS released, ${COLS}, (${LIVE}) AS live FROM (SELECT 1 AS one) AS woken LEFT JOIN ${L} ON name = ?`,
     // Prefix by bytes: LENGTH is the prefix's UTF-8 length, LEFT on VARBINARY counts bytes.
     list: `SELECT ${COLS} FROM ${L} WHERE ${LIVE} AND LEFT(name, LENGTH(?)) = ? ORDER BY name`,
     // Fenced append when the token's term is already the fence's (every append but the first of
@@ -184,6 +213,35 @@ export function buildSql(prefix: string): MysqlSql {
     // (lease, term, stream, payload)
     append: `CALL ${appendProc}(?, ?, ?, ?)`,
     highest: `SELECT max_term FROM ${F} WHERE name = ?`,
-    readStream: `SELECT seq, lease, term, payload FROM ${S} WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?`,
+    // Fenced append with an expected head E (the compare-and-set of a state cell), the usual case
+    // in one statement: as appendAt at E + 1, and only when entry E exists under the token's lease
+    // (E = 0: the stream is empty so far). Entries are never deleted, so "entry E exists and E + 1
+    // is free" (the primary key refuses it otherwise) is "the head is E", and a stream that is
+    // another lease's has no entry of this lease to find. No row, or ER_DUP_ENTRY, means "not the
+    // usual case": the caller runs the transaction below, which tells why.
+    // (stream, E + 1, lease, term, payload, lease, term, E, stream, E, lease)
+    appendExpect: `
+      INSERT INTO ${S} (stream, seq, lease, term, payload)
+      SELECT ?, ?, ?, ?, ? FROM ${F} AS f WHERE f.name = ? AND f.max_term = ?
+        AND (? = 0 OR EXISTS (SELECT 1 FROM ${S} AS x WHERE x.stream = ? AND x.seq = ? AND x.lease = ?))
+      LOCK IN SHARE MODE`,
+    // The general case of an append with an expected head, as one transaction (as the append
+    // procedure, with the head compared before anything is written): lock the fence row, check
+    // the term (and that it was issued), lock the stream's head, check the owner and the head,
+    // then raise the fence and write the entry.
+    lockFence: `SELECT max_term FROM ${F} WHERE name = ? FOR UPDATE`,
+    issued: `SELECT COALESCE(MAX(term), 0) AS issued FROM ${L} WHERE name = ?`,
+    insertFence: `INSERT INTO ${F} (name, max_term) VALUES (?, ?)`,
+    raiseFence: `UPDATE ${F} SET max_term = ? WHERE name = ?`,
+    lockHead: `SELECT COALESCE(MAX(seq), 0) AS head FROM ${S} WHERE stream = ? FOR UPDATE`,
+    firstLease: `SELECT lease FROM ${S} WHERE stream = ? AND seq = 1 FOR UPDATE`,
+    insertEntry: `INSERT INTO ${S} (stream, seq, lease, term, payload) VALUES (?, ?, ?, ?, ?)`,
+    readStream: `SELECT seq, lease, term, payload, FLOOR(UNIX_TIMESTAMP(appended_at) * 1000) AS appended_at FROM ${S} WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?`,
+    // The primary key (stream, seq) read backwards: one index probe.
+    readLast: `SELECT seq, lease, term, payload, FLOOR(UNIX_TIMESTAMP(appended_at) * 1000) AS appended_at FROM ${S} WHERE stream = ? ORDER BY seq DESC LIMIT 1`,
+    streamsTable: `${prefix}streams`,
+    addAppendedAt: `ALTER TABLE ${S} ADD COLUMN appended_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3)`,
+    // The head and the server's clock (that of appended_at) in one statement: ms since the epoch.
+    streamHead: `SELECT COALESCE(MAX(seq), 0) AS seq, FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS now_ms FROM ${S} WHERE stream = ?`,
   };
 }

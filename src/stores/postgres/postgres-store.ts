@@ -11,6 +11,9 @@
  * - The schema is created on first use under `pg_advisory_xact_lock`, with a version row.
  * - Push: a trigger NOTIFYs on every change of holder or term, the new state in the payload; one
  *   dedicated connection LISTENs while anything is watched, and reconnects by itself when lost.
+ * - Stream push: a statement trigger NOTIFYs each append's stream and head at commit; the same
+ *   LISTEN connection tells `watchStream` listeners, and tells them the current head after every
+ *   (re)connect. Entries carry `appended_at` by the server's `clock_timestamp()`.
  * - Hand-over: a candidate that waits on push (its acquire lost while this store watches the name)
  *   keeps a reservation, refreshed by those same acquires; the holder's release gives the lease to
  *   the freshest waiter in its own statement (term + 1, the reservation's expiry), and the waiter
@@ -21,11 +24,14 @@
  */
 import {
   ClosedError,
+  checkPurgePrefix,
   InvalidArgumentError,
   StaleTermError,
   StoreDataError,
   StoreUnavailableError,
   TenureError,
+  VersionConflictError,
+  checkAppendOptions,
   checkMs,
   checkName,
   checkOwner,
@@ -45,6 +51,7 @@ import {
 } from '../../core/index.js';
 import type {
   AcquireResult,
+  AppendFencedOptions,
   FencingToken,
   Lease,
   LeaseMeta,
@@ -53,6 +60,7 @@ import type {
   RenewResult,
   Store,
   StreamEntry,
+  StreamHead,
   Unsubscribe,
   WatchListener,
 } from '../../core/index.js';
@@ -102,7 +110,7 @@ const CLAIM_SLACK_MS = 50;
 /** Tickets remembered per reservation (a release may read a refresh older than the last). */
 const TICKETS_KEPT = 4;
 
-const STATEMENTS = ['acquire', 'renew', 'renewMany', 'release', 'leave', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'streamLease', 'readStream'] as const;
+const STATEMENTS = ['acquire', 'renew', 'renewMany', 'release', 'leave', 'read', 'readAny', 'list', 'appendFast', 'append', 'highest', 'streamLease', 'streamHead', 'readStream', 'readLast'] as const;
 type StatementKey = (typeof STATEMENTS)[number];
 
 /** A reservation this store keeps for a waiting candidate: what it asked for, and when each refresh was sent. */
@@ -134,6 +142,12 @@ interface Watched {
 
 const LISTEN_STOPPED = Symbol('stopped');
 
+/** A stream watched through `watchStream`: its listeners and the highest head they were told. */
+interface WatchedStream {
+  readonly listeners: Set<(head: number) => void>;
+  last: number;
+}
+
 export class PostgresStore implements Store {
   readonly kind = 'postgres';
   /** host:port, as named in error messages. */
@@ -150,6 +164,7 @@ export class PostgresStore implements Store {
   private readonly calls: PooledCalls<PgPoolClient>;
   private closed = false;
   private readonly watched = new Map<string, Watched>();
+  private readonly watchedStreams = new Map<string, WatchedStream>();
   private listener: Promise<void> | null = null;
   private stopListening: (() => void) | null = null;
   private readonly handOver: boolean;
@@ -302,49 +317,119 @@ export class PostgresStore implements Store {
     return row ? toLease(row) : null;
   }
 
+  /** Delete every lease, waiter, fence and stream entry whose name starts with `prefix`, in one transaction; how many rows went. */
+  async purge(prefix: string): Promise<number> {
+    checkPurgePrefix(prefix);
+    return await this.run('purge', async (c) => {
+      await c.query('BEGIN');
+      try {
+        let n = 0;
+        for (const text of this.sql.purge) n += (await c.query(text, [prefix])).rowCount ?? 0;
+        await c.query('COMMIT');
+        return n;
+      } catch (err) {
+        await c.query('ROLLBACK').catch(() => {});
+        throw err;
+      }
+    });
+  }
+
   async list(prefix = ''): Promise<Lease[]> {
     if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
     const r = await this.run('list', (c) => this.query(c, 'list', [prefix]));
     return r.rows.map(toLease);
   }
 
-  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+  async appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
+    const expectSeq = checkAppendOptions(options);
     // PostgreSQL text cannot hold U+0000: the server would refuse it, and a driver error reads as
     // "outcome unknown". It is bad input, refused before anything is sent.
     if (payload.includes('\u0000')) throw new InvalidArgumentError('payload', 'must not contain NUL (U+0000): PostgreSQL text cannot hold it');
-    const values = [token.lease, token.term, stream, payload];
+    const values = [token.lease, token.term, stream, payload, expectSeq ?? null];
     // Usually one statement (the term is already the fence's); the first append of a new term, and
     // a refusal, take a second one that raises the fence or says why not.
     const fast = await this.run('appendFenced', (c) => this.query(c, 'appendFast', values));
-    if (fast.rows.length > 0) return Number(fast.rows[0]!.seq);
-    const r = await this.run('appendFenced', (c) => this.query(c, 'append', values));
-    const row = first(r);
-    if (row.seq !== null && row.seq !== undefined) return Number(row.seq);
-    const issued = Number(row.issued ?? 0);
-    if (token.term > issued) {
-      throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
+    if (fast.rows.length > 0) return this.appended(stream, Number(fast.rows[0]!.seq));
+    // A refusal for the expected head that the statement's snapshot could not explain (the head
+    // reached the expected value only after it) is tried again: nothing was written.
+    for (let attempt = 1; ; attempt++) {
+      const r = await this.run('appendFenced', (c) => this.query(c, 'append', values));
+      const row = first(r);
+      if (row.seq !== null && row.seq !== undefined) return this.appended(stream, Number(row.seq));
+      const issued = Number(row.issued ?? 0);
+      if (token.term > issued) {
+        throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued})`);
+      }
+      let highest = Number(row.highest ?? 0);
+      if (highest <= token.term) {
+        // Not stale by the statement's snapshot: the stream may belong to another lease, or the
+        // snapshot predates the commit that raised the fence. Read both again (committed now).
+        const owner = await this.run('appendFenced', (c) => this.query(c, 'streamLease', [stream]));
+        const lease = owner.rows[0]?.lease;
+        if (typeof lease === 'string' && lease !== token.lease) throw foreignStreamError(stream, lease, token.lease);
+        const again = await this.run('appendFenced', (c) => this.query(c, 'highest', [token.lease]));
+        highest = Math.max(highest, Number(again.rows[0]?.max_term ?? 0));
+        if (expectSeq !== undefined && highest <= token.term) {
+          const h = await this.run('appendFenced', (c) => this.query(c, 'streamHead', [stream]));
+          const head = Number(h.rows[0]?.seq ?? 0);
+          if (head !== expectSeq) throw new VersionConflictError(stream, expectSeq, head);
+          if (attempt < 3) continue;
+          throw new StoreUnavailableError(`postgres store ${this.endpoint}: append to ${stream} at head ${expectSeq} refused ${attempt} times with no reason found; nothing was written`);
+        }
+      }
+      throw reportStale(new StaleTermError(token.lease, token.term, Math.max(highest, token.term + 1)), { stream });
     }
-    let highest = Number(row.highest ?? 0);
-    if (highest <= token.term) {
-      // Not stale by the statement's snapshot: the stream may belong to another lease, or the
-      // snapshot predates the commit that raised the fence. Read both again (committed now).
-      const owner = await this.run('appendFenced', (c) => this.query(c, 'streamLease', [stream]));
-      const lease = owner.rows[0]?.lease;
-      if (typeof lease === 'string' && lease !== token.lease) throw foreignStreamError(stream, lease, token.lease);
-      const again = await this.run('appendFenced', (c) => this.query(c, 'highest', [token.lease]));
-      highest = Math.max(highest, Number(again.rows[0]?.max_term ?? 0));
-    }
-    throw reportStale(new StaleTermError(token.lease, token.term, Math.max(highest, token.term + 1)), { stream });
   }
 
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
     const r = await this.run('readStream', (c) => this.query(c, 'readStream', [stream, after, limit]));
-    return r.rows.map((row) => decodeStreamEntry('postgres', stream, { seq: row.seq, lease: String(row.lease), term: row.term, payload: String(row.payload) }));
+    return r.rows.map((row) =>
+      decodeStreamEntry('postgres', stream, { seq: row.seq, lease: String(row.lease), term: row.term, payload: String(row.payload), appendedAt: row.appended_at }),
+    );
+  }
+
+  /** The stream's head and the server's `clock_timestamp()` (the clock of `appendedAt`), in one statement. */
+  async streamHead(stream: string): Promise<StreamHead> {
+    checkName('stream', stream);
+    const r = await this.run('streamHead', (c) => this.query(c, 'streamHead', [stream]));
+    return headOf(first(r));
+  }
+
+  /**
+   * Push for streams through LISTEN/NOTIFY (the trigger of schema 5): `listener` hears the new
+   * head after appends by any writer, at their commit; appends through this object are told at
+   * once. After the LISTEN connection is (re-)established the current head is read and told, so
+   * an append made while it was down is not missed.
+   */
+  watchStream(stream: string, listener: (head: number) => void): Unsubscribe {
+    checkName('stream', stream);
+    if (this.closed) throw new ClosedError('postgres store');
+    let w = this.watchedStreams.get(stream);
+    if (!w) {
+      w = { listeners: new Set(), last: 0 };
+      this.watchedStreams.set(stream, w);
+    }
+    w.listeners.add(listener);
+    this.startListening();
+    const entry = w;
+    return () => {
+      entry.listeners.delete(listener);
+      if (entry.listeners.size === 0 && this.watchedStreams.get(stream) === entry) this.watchedStreams.delete(stream);
+      if (!this.listening()) this.stopListening?.();
+    };
+  }
+
+  /** The stream's last entry: the primary key read backwards, one index probe. */
+  async readLast(stream: string): Promise<StreamEntry | null> {
+    checkName('stream', stream);
+    const r = await this.run('readLast', (c) => this.query(c, 'readLast', [stream]));
+    const row = r.rows[0];
+    return row ? decodeStreamEntry('postgres', stream, { seq: row.seq, lease: String(row.lease), term: row.term, payload: String(row.payload), appendedAt: row.appended_at }) : null;
   }
 
   /**
@@ -371,8 +456,17 @@ export class PostgresStore implements Store {
         this.handedOver.delete(name);
         void this.leave([name]);
       }
-      if (this.watched.size === 0) this.stopListening?.();
+      if (!this.listening()) this.stopListening?.();
     };
+  }
+
+  /**
+   * `owner` stopped waiting for `name`: drop its reservation on the server (and free a lease
+   * handed over to it, never claimed), whoever else in this process still watches the name.
+   */
+  async withdraw(name: string, owner: string): Promise<void> {
+    if (this.handedOver.get(name)?.owner === owner) this.handedOver.delete(name);
+    await this.leave([name], owner);
   }
 
   async close(): Promise<void> {
@@ -382,6 +476,7 @@ export class PostgresStore implements Store {
     const leaving = this.leave([...this.reservations.keys()]);
     this.closed = true;
     this.watched.clear();
+    this.watchedStreams.clear();
     this.handedOver.clear();
     this.stopListening?.();
     await Promise.all([this.listener, leaving]);
@@ -494,11 +589,16 @@ export class PostgresStore implements Store {
    * one of their tickets, never claimed (nobody here will take it up). Best effort: reservations
    * lapse anyway, and so does such a lease, at the reservation's expiry.
    */
-  private async leave(names: readonly string[]): Promise<void> {
+  private async leave(names: readonly string[], only?: string): Promise<void> {
     const rows: [string, string, string][] = [];
     for (const name of names) {
-      for (const [owner, res] of this.reservations.get(name) ?? []) for (const ticket of res.sentAt.keys()) rows.push([name, owner, ticket]);
-      this.reservations.delete(name);
+      const byOwner = this.reservations.get(name);
+      for (const [owner, res] of byOwner ?? []) {
+        if (only !== undefined && owner !== only) continue;
+        for (const ticket of res.sentAt.keys()) rows.push([name, owner, ticket]);
+        byOwner!.delete(owner);
+      }
+      if (byOwner?.size === 0) this.reservations.delete(name);
     }
     if (rows.length === 0 || this.closed) return;
     const values = [rows.map((r) => r[0]), rows.map((r) => r[1]), rows.map((r) => r[2])];
@@ -506,6 +606,25 @@ export class PostgresStore implements Store {
   }
 
   // ---- push -----------------------------------------------------------------------------
+
+  /** Whether anything is watched (leases or streams): the LISTEN connection runs while so. */
+  private listening(): boolean {
+    return this.watched.size > 0 || this.watchedStreams.size > 0;
+  }
+
+  /** An append through this object: tell its stream's watchers now rather than on the NOTIFY. */
+  private appended(stream: string, seq: number): number {
+    this.tellStream(stream, seq, false);
+    return seq;
+  }
+
+  /** Tell a stream's listeners its head: when it is higher than told, or always (`again`: after a reconnect). */
+  private tellStream(stream: string, head: number, again: boolean): void {
+    const w = this.watchedStreams.get(stream);
+    if (!w || (!again && head <= w.last)) return;
+    w.last = Math.max(w.last, head);
+    for (const l of [...w.listeners]) queueMicrotask(() => l(head));
+  }
 
   /** A change made through this object: tell watchers now rather than on the NOTIFY round trip. */
   private noteLocal(name: string, state: WatchState, lease: Lease | null, handed?: string): void {
@@ -550,7 +669,7 @@ export class PostgresStore implements Store {
       this.listener = null;
       this.stopListening = null;
       // A watch added while the loop was winding down needs a new one.
-      if (this.watched.size > 0 && !this.closed) this.startListening();
+      if (this.listening() && !this.closed) this.startListening();
     });
   }
 
@@ -558,7 +677,7 @@ export class PostgresStore implements Store {
     let backoff = this.reconnectMs;
     let isStopped = false;
     void stopped.then(() => (isStopped = true));
-    while (!isStopped && !this.closed && this.watched.size > 0) {
+    while (!isStopped && !this.closed && this.listening()) {
       let client: PgPoolClient | null = null;
       let lostError: Error | undefined;
       try {
@@ -580,6 +699,11 @@ export class PostgresStore implements Store {
         // Refreshes run one at a time, in NOTIFY order, on the LISTEN connection itself.
         let chain = Promise.resolve();
         c.on('notification', (msg: PgNotification) => {
+          if (msg.channel === this.sql.streamChannel && msg.payload !== undefined) {
+            const head = parseStreamPush(msg.payload);
+            if (head) this.tellStream(head.stream, head.seq, false);
+            return;
+          }
           if (msg.channel !== this.sql.channel || msg.payload === undefined) return;
           const pushed = parsePush(msg.payload);
           if (!pushed || !this.watched.has(pushed.name)) return;
@@ -594,9 +718,18 @@ export class PostgresStore implements Store {
         });
         await this.calls.prepare(c);
         await c.query(`LISTEN "${this.sql.channel}"`);
+        await c.query(`LISTEN "${this.sql.streamChannel}"`);
         backoff = this.reconnectMs;
         // Anything that changed before LISTEN (or while the connection was down) is read now.
         for (const name of [...this.watched.keys()]) chain = chain.then(() => this.refresh(c, name)).catch(() => {});
+        for (const stream of [...this.watchedStreams.keys()]) {
+          chain = chain
+            .then(async () => {
+              const r = await this.query(c, 'streamHead', [stream]);
+              if (r.rows[0]) this.tellStream(stream, headOf(r.rows[0]).seq, true);
+            })
+            .catch(() => {});
+        }
         const why = await Promise.race([lost, stopped]);
         await chain;
         if (why === LISTEN_STOPPED) {
@@ -655,6 +788,25 @@ export function parsePush(payload: string): { name: string; state?: WatchState; 
   // h: the reservation ticket of a hand-over (schema 3).
   const handed = typeof p.h === 'number' && Number.isSafeInteger(p.h) ? String(p.h) : undefined;
   return { name, state: { term: p.t, owner: p.o }, lease, ...(handed !== undefined ? { handed } : {}) };
+}
+
+/** A stream NOTIFY payload (schema 5): `{s: stream, q: head}`; null for anything else. */
+export function parseStreamPush(payload: string): { stream: string; seq: number } | null {
+  try {
+    const v = JSON.parse(payload) as { s?: unknown; q?: unknown };
+    if (typeof v.s !== 'string' || typeof v.q !== 'number' || !Number.isSafeInteger(v.q) || v.q < 1) return null;
+    return { stream: v.s, seq: v.q };
+  } catch {
+    return null;
+  }
+}
+
+/** A row of `streamHead`: seq (bigint as text) and now_ms. */
+function headOf(row: Record<string, unknown>): StreamHead {
+  const seq = Number(row.seq);
+  const nowMs = Number(row.now_ms);
+  if (!Number.isSafeInteger(seq) || seq < 0 || !Number.isFinite(nowMs)) throw new StoreDataError(`postgres store: unexpected stream head ${String(row.seq)} at ${String(row.now_ms)}`);
+  return { seq, nowMs: Math.floor(nowMs) };
 }
 
 function first(r: PgQueryResult): Record<string, unknown> {

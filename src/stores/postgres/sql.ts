@@ -18,8 +18,13 @@ import { checkTablePrefix } from '../../core/index.js';
  *    entry, and the append statements write only under that lease. Migrating 3 -> 4 adds the
  *    `lease` column to the heads and fills it from each stream's entry 1. A head left without
  *    one (written by a version 3 node during a rolling upgrade) is taken by the next append.
+ * 5: stream entries carry their append time (`appended_at`, the server's `clock_timestamp()`,
+ *    set by the column's default, so the append statements are unchanged), and a statement
+ *    trigger NOTIFYs `<prefix>streams` with `{s: stream, q: highest seq written}` in the append's
+ *    own transaction (delivered at commit), for `watchStream`. Migrating 4 -> 5 adds both;
+ *    entries written before carry the migration's time.
  */
-export const SCHEMA_VERSION = 4;
+export const SCHEMA_VERSION = 5;
 
 /**
  * A release hands over only to a reservation with at least the waiter's TTL and this much more
@@ -46,6 +51,8 @@ const MAX_TERM = String(Number.MAX_SAFE_INTEGER);
 
 export interface PgSql {
   readonly channel: string;
+  /** The channel the stream trigger NOTIFYs (see schema 5). */
+  readonly streamChannel: string;
   readonly lockKey: string;
   readonly schemaTable: string;
   readonly schema: readonly string[];
@@ -61,7 +68,11 @@ export interface PgSql {
   readonly append: string;
   readonly highest: string;
   readonly streamLease: string;
+  readonly streamHead: string;
   readonly readStream: string;
+  readonly readLast: string;
+  /** `purge`: one DELETE per table of the names starting with $1 (a prefix compared as text, never a LIKE pattern). */
+  readonly purge: readonly string[];
 }
 
 export function buildSql(prefix: string): PgSql {
@@ -73,14 +84,32 @@ export function buildSql(prefix: string): PgSql {
   const tickets = ident(`${prefix}tickets`);
   const S = ident(`${prefix}streams`);
   const channel = `${prefix}leases`;
+  const streamChannel = `${prefix}streams`;
   const notifyFn = ident(`${prefix}notify`);
+  const streamNotifyFn = ident(`${prefix}stream_notify`);
   const live = (t: string): string => `${t}.owner IS NOT NULL AND ${t}.expires_at > now()`;
   const otherLive = `(${live('l')} AND l.owner <> excluded.owner)`;
   const expiry = (param: string): string => `now() + ${param}::int * interval '1 millisecond'`;
   // A stream head the token's lease ($1) may bump: its own, or one a version 3 node left without a lease.
   const ownHead = '(h.lease = $1 OR h.lease IS NULL)';
+  // The compare-and-set on the stream head ($5, NULL when not asked): a new head (the stream's
+  // first entry) only when 0 is expected, an existing one only when it holds exactly $5. The
+  // insert is tried whenever the snapshot has a head, so that the ON CONFLICT arm can evaluate
+  // `headOk` on the head row's latest version, under its row lock. (A head created after the
+  // snapshot makes a refusal with no reason found; the caller tries again.)
+  const newHeadOk = `($5::bigint IS NULL OR $5::bigint = 0 OR EXISTS (SELECT 1 FROM ${H} WHERE stream = $3))`;
+  const headOk = '($5::bigint IS NULL OR h.last_seq = $5::bigint)';
+  const startsWith = (column: string): string => `left(${column}, char_length($1::text)) = $1::text`;
   return {
+    purge: [
+      `DELETE FROM ${W} WHERE ${startsWith('name')}`,
+      `DELETE FROM ${L} WHERE ${startsWith('name')}`,
+      `DELETE FROM ${F} WHERE ${startsWith('name')}`,
+      `DELETE FROM ${S} WHERE ${startsWith('stream')}`,
+      `DELETE FROM ${H} WHERE ${startsWith('stream')}`,
+    ],
     channel,
+    streamChannel,
     lockKey: `tenure:${prefix}`,
     schemaTable,
     schema: [
@@ -129,6 +158,19 @@ export function buildSql(prefix: string): PgSql {
       `CREATE TRIGGER ${ident(`${prefix}leases_update`)} AFTER UPDATE ON ${L}
        FOR EACH ROW WHEN (OLD.owner IS DISTINCT FROM NEW.owner OR OLD.term IS DISTINCT FROM NEW.term)
        EXECUTE FUNCTION ${notifyFn}('${channel}')`,
+      // Version 5: append times by the server's clock. A volatile default fills the rows already
+      // there with the migration's time (the table is rewritten once).
+      `ALTER TABLE ${S} ADD COLUMN IF NOT EXISTS appended_at timestamptz NOT NULL DEFAULT clock_timestamp()`,
+      // Push for streams: one NOTIFY per stream and statement with the highest seq it wrote, sent
+      // at commit (never for a rolled-back append); a bulk insert of many entries is one NOTIFY.
+      `CREATE OR REPLACE FUNCTION ${streamNotifyFn}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+       BEGIN
+         PERFORM pg_notify(TG_ARGV[0], json_build_object('s', stream, 'q', max(seq))::text) FROM new_rows GROUP BY stream;
+         RETURN NULL;
+       END $fn$`,
+      `DROP TRIGGER IF EXISTS ${ident(`${prefix}streams_insert`)} ON ${S}`,
+      `CREATE TRIGGER ${ident(`${prefix}streams_insert`)} AFTER INSERT ON ${S}
+       REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION ${streamNotifyFn}('${streamChannel}')`,
     ],
     // One statement. A free, released or expired lease goes to $2 with term + 1; a live lease of
     // $2 is extended with the same term; another owner's live lease is left as it is (the row is
@@ -247,19 +289,22 @@ export function buildSql(prefix: string): PgSql {
     // the first of a term), one statement: lock the fence row only if it holds exactly $2 (FOR NO
     // KEY UPDATE: in READ COMMITTED a concurrent raise is waited for and the condition re-checked
     // on the row's latest version), so from here to COMMIT no higher term can be accepted; then
-    // bump the stream head and write. No row back means "not the fast case": run `append`.
+    // bump the stream head and write. No row back means "not the fast case" (or the head is not
+    // the expected $5): run `append`, which tells which.
     // The head is bumped only when the stream belongs to the token's lease: ON CONFLICT DO UPDATE
     // locks the head row and evaluates its WHERE on the row's latest version, so of two first
     // appends under different leases the second sees the first's head and writes nothing.
     appendFast: `
       WITH fence AS (SELECT 1 FROM ${F} WHERE name = $1 AND max_term = $2::bigint FOR NO KEY UPDATE),
       head AS (
-        INSERT INTO ${H} AS h (stream, last_seq, lease) SELECT $3, 1, $1 FROM fence
-        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1, lease = $1 WHERE ${ownHead}
+        INSERT INTO ${H} AS h (stream, last_seq, lease) SELECT $3, 1, $1 FROM fence WHERE ${newHeadOk}
+        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1, lease = $1 WHERE ${ownHead} AND ${headOk}
         RETURNING last_seq)
       INSERT INTO ${S} (stream, seq, lease, term, payload) SELECT $3, last_seq, $1, $2::bigint, $4 FROM head
       RETURNING seq`,
-    // Fenced append, the general case, one statement. $1 lease, $2 term, $3 stream, $4 payload.
+    // Fenced append, the general case, one statement. $1 lease, $2 term, $3 stream, $4 payload,
+    // $5 the expected head or NULL (a refusal for the head raises no fence, by the statement's
+    // snapshot; a head moved after it can still leave the fence raised to this issued term).
     // `fence` locks the lease's fence row (FOR NO KEY UPDATE: in READ COMMITTED this waits for a
     // concurrent raise and returns the latest version), so from here to COMMIT no higher term can
     // be accepted. Usually the row already holds $2 and nothing else is needed (no fence write).
@@ -275,12 +320,13 @@ export function buildSql(prefix: string): PgSql {
         WHERE NOT EXISTS (SELECT 1 FROM fence WHERE max_term >= $2::bigint)
           AND $2::bigint <= COALESCE((SELECT term FROM ${L} WHERE name = $1), 0)
           AND NOT EXISTS (SELECT 1 FROM ${H} WHERE stream = $3 AND lease <> $1)
+          AND ($5::bigint IS NULL OR COALESCE((SELECT last_seq FROM ${H} WHERE stream = $3), 0) = $5::bigint)
         ON CONFLICT (name) DO UPDATE SET max_term = excluded.max_term WHERE f.max_term <= excluded.max_term
         RETURNING max_term),
       ok AS (SELECT 1 FROM fence WHERE max_term = $2::bigint UNION ALL SELECT 1 FROM raised),
       head AS (
-        INSERT INTO ${H} AS h (stream, last_seq, lease) SELECT $3, 1, $1 FROM ok
-        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1, lease = $1 WHERE ${ownHead}
+        INSERT INTO ${H} AS h (stream, last_seq, lease) SELECT $3, 1, $1 FROM ok WHERE ${newHeadOk}
+        ON CONFLICT (stream) DO UPDATE SET last_seq = h.last_seq + 1, lease = $1 WHERE ${ownHead} AND ${headOk}
         RETURNING last_seq),
       entry AS (
         INSERT INTO ${S} (stream, seq, lease, term, payload) SELECT $3, last_seq, $1, $2::bigint, $4 FROM head
@@ -292,6 +338,11 @@ export function buildSql(prefix: string): PgSql {
     highest: `SELECT max_term FROM ${F} WHERE name = $1`,
     // The lease a stream belongs to (none for a stream never written).
     streamLease: `SELECT lease FROM ${H} WHERE stream = $1`,
-    readStream: `SELECT seq, lease, term, payload FROM ${S} WHERE stream = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::int`,
+    readStream: `SELECT seq, lease, term, payload, (EXTRACT(EPOCH FROM appended_at) * 1000)::float8 AS appended_at FROM ${S} WHERE stream = $1 AND seq > $2::bigint ORDER BY seq LIMIT $3::int`,
+    // The primary key (stream, seq) read backwards: one index probe.
+    readLast: `SELECT seq, lease, term, payload, (EXTRACT(EPOCH FROM appended_at) * 1000)::float8 AS appended_at FROM ${S} WHERE stream = $1 ORDER BY seq DESC LIMIT 1`,
+    // The head (as committed now; 0 for a stream never written) and the server's clock (the clock
+    // of appended_at) in one statement.
+    streamHead: `SELECT COALESCE((SELECT last_seq FROM ${H} WHERE stream = $1), 0) AS seq, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::float8 AS now_ms`,
   };
 }

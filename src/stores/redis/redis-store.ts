@@ -13,11 +13,14 @@
  */
 import {
   ClosedError,
+  checkPurgePrefix,
   InvalidArgumentError,
   StaleTermError,
   StoreDataError,
   StoreUnavailableError,
   TenureError,
+  VersionConflictError,
+  checkAppendOptions,
   checkMs,
   checkName,
   checkOwner,
@@ -38,6 +41,7 @@ import {
 } from '../../core/index.js';
 import type {
   AcquireResult,
+  AppendFencedOptions,
   FencingToken,
   Lease,
   LeaseMeta,
@@ -46,6 +50,7 @@ import type {
   RenewResult,
   Store,
   StreamEntry,
+  StreamHead,
   Unsubscribe,
   WatchListener,
 } from '../../core/index.js';
@@ -53,7 +58,7 @@ import type { Redis } from 'ioredis';
 import { addressOf, commandMaker, loadIoredis, ownClientOptions, reconnectWhenEndedMidConnect } from './driver.js';
 import type { LuaScript, MakeCommand, RedisClient } from './driver.js';
 import { Deadlines } from '../deadlines.js';
-import { acquireScript, appendScript, listScript, readScript, releaseScript, renewManyScript, renewScript } from './scripts.js';
+import { acquireScript, appendScript, listScript, readScript, releaseScript, renewManyScript, renewScript, streamHeadScript } from './scripts.js';
 
 export interface RedisStoreOptions {
   /** Your own ioredis client (plain, Sentinel or Cluster). It is not closed by `close()`. */
@@ -87,6 +92,13 @@ const LIST_MAX_NAMES = 100_000;
 const CORK_DEPTH = 4;
 const CORK_FLUSH = 4;
 
+/** A stream watched through `watchStream`: its channel, listeners and the highest head told. */
+interface WatchedStream {
+  readonly channel: string;
+  readonly listeners: Set<(head: number) => void>;
+  last: number;
+}
+
 interface Watched {
   readonly channel: string;
   readonly listeners: Set<WatchListener>;
@@ -112,6 +124,9 @@ export class RedisStore implements Store {
   private subscriber: RedisClient | null = null;
   private readonly watched = new Map<string, Watched>();
   private readonly channels = new Map<string, string>();
+  private readonly watchedStreams = new Map<string, WatchedStream>();
+  /** Stream channel -> stream name. */
+  private readonly streamChannels = new Map<string, string>();
   /** A SUBSCRIBE in flight: writes wait for it so a watcher never misses a change made after watch() returned. */
   private subscribing: Promise<void> | null = null;
   /** The socket corked for the rest of this tick's writes, if any (see cork()). */
@@ -216,6 +231,32 @@ export class RedisStore implements Store {
     return toLease(name, await this.run('read', readScript, [this.key('lease', name)], []));
   }
 
+  /**
+   * Delete every lease, term, fence and stream key whose name starts with `prefix` (SCAN, then
+   * DEL), and the names from the lease index; how many keys went. Not one transaction: for names
+   * nothing uses any more. Not with a Cluster client (SCAN sees one node).
+   */
+  async purge(prefix: string): Promise<number> {
+    checkPurgePrefix(prefix);
+    if (this.client.isCluster) throw new InvalidArgumentError('purge', 'not supported with a Redis Cluster client');
+    const glob = (text: string): string => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
+    let n = 0;
+    for (const kind of ['lease', 'term', 'fence', 'stream'] as const) {
+      // SCAN sees whole keys (the client's own prefix included); DEL gets that prefix added again.
+      const match = `${glob(this.clientKeyPrefix + this.key(kind, prefix))}*`;
+      let cursor = '0';
+      do {
+        const reply = (await this.call('purge', 'scan', [cursor, 'MATCH', match, 'COUNT', 1000], false)) as [string, string[]];
+        cursor = String(reply[0]);
+        const keys = reply[1].map((k) => String(k).slice(this.clientKeyPrefix.length));
+        if (keys.length > 0) n += Number(await this.call('purge', 'del', keys, false));
+      } while (cursor !== '0');
+    }
+    const min = Buffer.from(`[${prefix}`);
+    await this.call('purge', 'zremrangebylex', [this.key('names'), min, Buffer.concat([min, Buffer.from([0xff])])], false);
+    return n;
+  }
+
   async list(prefix = ''): Promise<Lease[]> {
     if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
     // Byte 0xff never occurs in UTF-8, so `[prefix` .. `[prefix\xff` is exactly the names that start with prefix.
@@ -233,19 +274,24 @@ export class RedisStore implements Store {
     return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+  async appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
-    const reply = await this.send('appendFenced', appendScript, [this.key('fence', token.lease), this.key('term', token.lease), this.key('stream', stream)], [token.term, token.lease, payload]);
+    const expectSeq = checkAppendOptions(options);
+    const args: (string | number)[] = [token.term, token.lease, payload];
+    if (expectSeq !== undefined) args.push(expectSeq);
+    const reply = await this.send('appendFenced', appendScript, [this.key('fence', token.lease), this.key('term', token.lease), this.key('stream', stream)], args);
     if (!Array.isArray(reply)) throw this.badReply('appendFenced', reply);
     if (reply[0] === 'foreign') throw foreignStreamError(stream, String(reply[1]), token.lease);
     if (typeof reply[1] !== 'number') throw this.badReply('appendFenced', reply);
     const [verdict, n] = reply as [string, number];
     if (verdict === 'stale') throw reportStale(new StaleTermError(token.lease, token.term, n), { stream });
+    if (verdict === 'conflict') throw new VersionConflictError(stream, expectSeq ?? 0, n);
     if (verdict === 'unissued') {
       throw new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${n})`);
     }
+    this.tellStream(stream, n, false); // this object's own watchers, before the message comes back
     return n;
   }
 
@@ -255,11 +301,58 @@ export class RedisStore implements Store {
     // Entry ids are `SEQ-0`, so the range starting at id `after+1` is exactly "seq > after".
     const rows = await this.call('readStream', 'xrange', [this.key('stream', stream), `${after + 1}`, '+', 'COUNT', limit]);
     if (!Array.isArray(rows)) throw this.badReply('readStream', rows);
-    return (rows as [string, string[]][]).map(([id, fields]) => {
-      const f = new Map<string, string>();
-      for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i]!, fields[i + 1]!);
-      return decodeStreamEntry('redis', stream, { seq: id.split('-')[0], lease: f.get('lease') ?? '', term: f.get('term'), payload: f.get('payload') ?? '' });
-    });
+    return (rows as [string, string[]][]).map((row) => decodeRedisEntry(stream, row));
+  }
+
+  /** The stream's last entry: one XREVRANGE of one entry. */
+  async readLast(stream: string): Promise<StreamEntry | null> {
+    checkName('stream', stream);
+    const rows = await this.call('readLast', 'xrevrange', [this.key('stream', stream), '+', '-', 'COUNT', 1]);
+    if (!Array.isArray(rows)) throw this.badReply('readLast', rows);
+    const row = rows[0] as [string, string[]] | undefined;
+    return row ? decodeRedisEntry(stream, row) : null;
+  }
+
+  /** The stream's head and the server's TIME (the clock of `appendedAt`), in one script. */
+  async streamHead(stream: string): Promise<StreamHead> {
+    checkName('stream', stream);
+    const reply = await this.send('streamHead', streamHeadScript, [this.key('stream', stream)], [], false);
+    if (!Array.isArray(reply) || reply.length !== 3) throw this.badReply('streamHead', reply);
+    const seq = Number(reply[0]);
+    const nowMs = Number(reply[1]) * 1000 + Math.floor(Number(reply[2]) / 1000);
+    if (!Number.isSafeInteger(seq) || seq < 0 || !Number.isSafeInteger(nowMs)) throw this.badReply('streamHead', reply);
+    return { seq, nowMs };
+  }
+
+  /**
+   * Push for streams: every append publishes its seq (in the append script) on a channel named
+   * as the stream's key; a duplicate connection subscribes. After subscribing, and after every
+   * reconnect (what was published meanwhile is lost), the head is read and told.
+   */
+  watchStream(stream: string, listener: (head: number) => void): Unsubscribe {
+    checkName('stream', stream);
+    if (this.closed) throw new ClosedError('redis store');
+    let w = this.watchedStreams.get(stream);
+    if (!w) {
+      // KEYS reach the server with the client's own prefix; channels do not get it.
+      const channel = this.clientKeyPrefix + this.key('stream', stream);
+      w = { channel, listeners: new Set(), last: 0 };
+      this.watchedStreams.set(stream, w);
+      this.streamChannels.set(channel, stream);
+      this.ensureSubscriber()
+        .subscribe(channel)
+        .then(() => this.recheckStream(stream, true))
+        .catch(() => {}); // sent again at the next 'ready' (ensureSubscriber), which re-reads the head
+    }
+    w.listeners.add(listener);
+    const entry = w;
+    return () => {
+      entry.listeners.delete(listener);
+      if (entry.listeners.size > 0 || this.watchedStreams.get(stream) !== entry) return;
+      this.watchedStreams.delete(stream);
+      this.streamChannels.delete(entry.channel);
+      if (!this.closed) this.subscriber?.unsubscribe(entry.channel).catch(() => {});
+    };
   }
 
   watch(name: string, listener: WatchListener): Unsubscribe {
@@ -291,6 +384,8 @@ export class RedisStore implements Store {
     for (const w of this.watched.values()) if (w.expiryTimer) clearTimeout(w.expiryTimer);
     this.watched.clear();
     this.channels.clear();
+    this.watchedStreams.clear();
+    this.streamChannels.clear();
     this.subscriber?.disconnect();
     this.subscriber = null;
     if (this.ownsClient) this.client.disconnect();
@@ -453,15 +548,36 @@ export class RedisStore implements Store {
 
   private ensureSubscriber(): RedisClient {
     if (this.subscriber) return this.subscriber;
-    const sub = this.client.duplicate();
+    // ioredis's own resubscribe after a reconnect sends SUBSCRIBE with nobody to hear its failure:
+    // a connection lost again before the reply rejects it, an unhandled rejection in the user's
+    // process. So a standalone or Sentinel subscriber resubscribes here, where a failure is caught
+    // and the next 'ready' tries again. (A Cluster client's subscriber resubscribes with a catch of
+    // its own.)
+    const own = !this.client.isCluster;
+    const sub = own ? (this.client as Redis).duplicate({ autoResubscribe: false }) : this.client.duplicate();
     sub.on('error', () => {});
     this.unwatchEnds.push(reconnectWhenEndedMidConnect(sub));
     sub.on('message', (channel: string, message: string) => this.onMessage(channel, message));
     let connectedBefore = false;
     sub.on('ready', () => {
-      // After a reconnect ioredis resubscribes, but what was published meanwhile is lost: re-read.
-      if (connectedBefore) for (const name of this.watched.keys()) void this.recheck(name);
+      // What was published while the connection was down is lost: re-read after subscribing again.
+      const again = connectedBefore;
       connectedBefore = true;
+      const recheck = (): void => {
+        for (const name of this.watched.keys()) void this.recheck(name, !again);
+        for (const stream of this.watchedStreams.keys()) void this.recheckStream(stream, again);
+      };
+      // Every 'ready' subscribes to every watched channel (SUBSCRIBE is idempotent): one sent before
+      // the first connection was up fails with it, and this is its retry.
+      const channels = own ? [...this.channels.keys(), ...this.streamChannels.keys()] : [];
+      if (channels.length === 0) {
+        if (again) recheck();
+        return;
+      }
+      sub
+        .subscribe(...channels)
+        .then(recheck)
+        .catch(() => {}); // the next 'ready' tries again
     });
     this.subscriber = sub;
     return sub;
@@ -475,7 +591,7 @@ export class RedisStore implements Store {
     const ready = sub
       .subscribe(w.channel)
       .then(() => this.recheck(name, true))
-      .catch(() => {}); // a failed SUBSCRIBE is retried by ioredis on reconnect; callers still get their replies
+      .catch(() => {}); // a failed SUBSCRIBE is sent again at the next 'ready' (ensureSubscriber); callers still get their replies
     const bounded = Promise.race([ready, new Promise<void>((r) => setTimeout(r, this.commandTimeoutMs).unref())]);
     const barrier: Promise<void> = (this.subscribing ? Promise.all([this.subscribing, bounded]) : bounded).then(() => {
       if (this.subscribing === barrier) this.subscribing = null;
@@ -483,7 +599,31 @@ export class RedisStore implements Store {
     this.subscribing = barrier;
   }
 
+  /** Read the stream's head and tell it: when higher than told, or always (`again`). */
+  private async recheckStream(stream: string, again: boolean): Promise<void> {
+    if (!this.watchedStreams.has(stream) || this.closed) return;
+    let head: number;
+    try {
+      head = Number(await this.call('streamHead', 'xlen', [this.key('stream', stream)], false));
+    } catch {
+      return; // the next message or reconnect will tell
+    }
+    this.tellStream(stream, head, again);
+  }
+
+  private tellStream(stream: string, head: number, again: boolean): void {
+    const w = this.watchedStreams.get(stream);
+    if (!w || !Number.isSafeInteger(head) || (!again && head <= w.last)) return;
+    w.last = Math.max(w.last, head);
+    for (const l of [...w.listeners]) l(head);
+  }
+
   private onMessage(channel: string, message: string): void {
+    const stream = this.streamChannels.get(channel);
+    if (stream !== undefined) {
+      this.tellStream(stream, Number(message), false);
+      return;
+    }
     const name = this.channels.get(channel);
     if (name === undefined) return;
     let lease: Lease | null;
@@ -578,4 +718,11 @@ function parseLeaseValue(name: string, value: unknown, remainingMs: number): Lea
 function parseLeaseMessage(name: string, message: string): Lease | null {
   const lease = parseLeaseValue(name, message, 0);
   return lease && { ...lease, remainingMs: lease.ttlMs };
+}
+
+/** An XRANGE row `[id, [field, value, …]]` as a stream entry (the id is `SEQ-0`). */
+function decodeRedisEntry(stream: string, [id, fields]: [string, string[]]): StreamEntry {
+  const f = new Map<string, string>();
+  for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i]!, fields[i + 1]!);
+  return decodeStreamEntry('redis', stream, { seq: id.split('-')[0], lease: f.get('lease') ?? '', term: f.get('term'), payload: f.get('payload') ?? '', appendedAt: f.get('at') });
 }

@@ -8,7 +8,10 @@
  *   P lease:NAME   string `owner \n term \n ttl \n meta` with a TTL — exists only while the lease is live
  *   P term:NAME    integer, no TTL — the last term issued for NAME (survives expiry and release)
  *   P fence:NAME   integer, no TTL — the highest term a fenced write was accepted under
- *   P stream:NAME  Redis stream; entry ids are `SEQ-0`, so the id is the 1-based gap-free seq
+ *   P stream:NAME  Redis stream; entry ids are `SEQ-0`, so the id is the 1-based gap-free seq;
+ *                  fields lease, term, payload, at (append time, ms since the epoch by the
+ *                  server's TIME; missing in entries written before tenure recorded it). Also the
+ *                  pub/sub channel (channels are not keys) on which each append publishes its seq
  *   P names        sorted set of every lease name ever acquired, for list() (added with its first term)
  *   P events:NAME  pub/sub channel: the lease value on takeover, an empty message on release
  *
@@ -166,12 +169,17 @@ return out
 );
 
 /**
- * KEYS: fence, term, stream. ARGV: term, lease, payload.
+ * KEYS: fence, term, stream. ARGV: term, lease, payload[, expected head].
  * The fence check and the write are one script (safety rule 5): a term below the highest accepted
  * is refused, a term above the last issued is refused, an append to a stream whose first entry
- * was written under another lease is refused (a stream belongs to one lease), otherwise the
- * high-water mark moves up and the entry is added with the next sequence number.
- * Reply: {'ok', seq} | {'stale', highest} | {'unissued', issued} | {'foreign', lease of entry 1}.
+ * was written under another lease is refused (a stream belongs to one lease), an append whose
+ * expected head (when given) is not the stream's length is refused (the compare-and-set of a
+ * state cell), otherwise the high-water mark moves up and the entry is added with the next
+ * sequence number, stamped with the server's TIME, and the seq is published on the channel named
+ * as the stream's key (for `watchStream`; TIME in a script needs effects replication, the default
+ * since Redis 5). Every refusal comes before the first write.
+ * Reply: {'ok', seq} | {'stale', highest} | {'unissued', issued} | {'foreign', lease of entry 1}
+ * | {'conflict', head}.
  */
 export const appendScript = new LuaScript(
   'append',
@@ -183,9 +191,26 @@ local issued = tonumber(redis.call('GET', KEYS[2]) or '0')
 if term > issued then return {'unissued', issued} end
 local first = redis.call('XRANGE', KEYS[3], '1-0', '1-0')
 if first[1] and first[1][2][2] ~= ARGV[2] then return {'foreign', first[1][2][2]} end
+local head = redis.call('XLEN', KEYS[3])
+if ARGV[4] and tonumber(ARGV[4]) ~= head then return {'conflict', head} end
 if term > highest then redis.call('SET', KEYS[1], term) end
-local seq = redis.call('XLEN', KEYS[3]) + 1
-redis.call('XADD', KEYS[3], seq .. '-0', 'lease', ARGV[2], 'term', term, 'payload', ARGV[3])
+local seq = head + 1
+local now = redis.call('TIME')
+local at = now[1] .. string.format('%03d', math.floor(tonumber(now[2]) / 1000))
+redis.call('XADD', KEYS[3], seq .. '-0', 'lease', ARGV[2], 'term', term, 'payload', ARGV[3], 'at', at)
+redis.call('PUBLISH', KEYS[3], seq)
 return {'ok', seq}
+`,
+);
+
+/**
+ * KEYS: stream. The stream's head (its length: seqs are 1..n without gaps) and the server's TIME,
+ * the clock of the entries' `at`, in one step. Reply: {head, seconds, microseconds}.
+ */
+export const streamHeadScript = new LuaScript(
+  'streamHead',
+  `
+local now = redis.call('TIME')
+return {redis.call('XLEN', KEYS[1]), now[1], now[2]}
 `,
 );

@@ -16,14 +16,24 @@
  * renewal gets through a neighbour appending flat out.
  *
  * Push: other processes' commits are noticed through `PRAGMA data_version`, polled only while
- * someone watches; a watched lease that runs out is reported too.
+ * someone watches; a watched lease that runs out is reported too. Appends by any SqliteStore of
+ * the same file in this process are told to its stream watchers at once (`watchStream`).
+ *
+ * Append times (`appendedAt`) are this host's wall clock (Date.now()), as is `streamHead().nowMs`:
+ * SQLite is single-host, so one OS clock serves every writer and reader (safety rule 1). A step of
+ * the wall clock shows as a jump in a follower's lag in ms, never in expiry (leases keep their
+ * monotonic clock).
  */
+import { randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import {
   ClosedError,
+  checkPurgePrefix,
   InvalidArgumentError,
   StaleTermError,
   StoreUnavailableError,
+  VersionConflictError,
+  checkAppendOptions,
   checkMs,
   checkName,
   checkOwner,
@@ -48,6 +58,7 @@ import {
 } from '../../core/index.js';
 import type {
   AcquireResult,
+  AppendFencedOptions,
   FencingToken,
   Lease,
   LeaseMeta,
@@ -57,6 +68,7 @@ import type {
   RenewResult,
   Store,
   StreamEntry,
+  StreamHead,
   Unsubscribe,
   WatchListener,
 } from '../../core/index.js';
@@ -94,7 +106,21 @@ export interface SqliteStoreOptions {
   driver?: SqliteDriverName;
 }
 
-const SCHEMA_VERSION = '1';
+/**
+ * 1: leases, fences, streams.
+ * 2: stream entries carry `appended_at` (ms since the epoch, the host's wall clock). Migrating
+ *    1 -> 2 adds the column and gives the entries already there the migration's time. A version 1
+ *    file still opens read-only (its entries read with an unknown append time, 0).
+ */
+const SCHEMA_VERSION = '2';
+const SCHEMA_VERSIONS_READABLE = ['1', '2'];
+
+/**
+ * Appends committed by any SqliteStore in this process, per database file: each store with
+ * stream watchers listens here, so a writer in the same process is told without waiting for the
+ * data_version poll.
+ */
+const localAppends = new Map<string, Set<(stream: string, seq: number) => void>>();
 
 /** The default of `timeoutMs`, ms: as long as the SQL servers' stores wait for an answer. */
 const DEFAULT_TIMEOUT_MS = 5000;
@@ -186,7 +212,14 @@ interface Statements {
   firstEntryLease: SqliteStatement;
   insertEntry: SqliteStatement;
   readEntries: SqliteStatement;
+  readLastEntry: SqliteStatement;
   dataVersion: SqliteStatement;
+}
+
+/** A stream watched through `watchStream`: its listeners and the highest head they were told. */
+interface WatchedStream {
+  readonly listeners: Set<(head: number) => void>;
+  last: number;
 }
 
 interface Watched {
@@ -206,6 +239,13 @@ export class SqliteStore implements Store {
   private readonly timeoutMs: number;
   private readonly readOnly: boolean;
   private readonly watched = new Map<string, Watched>();
+  private readonly watchedStreams = new Map<string, WatchedStream>();
+  /** Its key in `localAppends`: the file (an in-memory database is its own store's alone). */
+  private readonly appendsKey: string;
+  /** This store's entry in `localAppends` while it has stream watchers. */
+  private readonly onLocalAppend = (stream: string, seq: number): void => this.tellStream(stream, seq);
+  /** False for a version 1 file opened read-only: its entries have no append time. */
+  private hasAppendTimes = true;
   private pollTimer: NodeJS.Timeout | null = null;
   private lastDataVersion = -1;
   /** When a call of this store last found the database locked (performance.now()). */
@@ -228,6 +268,7 @@ export class SqliteStore implements Store {
         : checkMs('busyTimeoutMs', options.busyTimeoutMs, 0, 600_000);
     this.pollMs = checkMs('pollMs', options.pollMs ?? 20, 1, 60_000);
     this.path = options.path === ':memory:' ? options.path : resolve(options.path);
+    this.appendsKey = this.path === ':memory:' ? `:memory:${randomUUID()}` : this.path;
     this.readOnly = options.readOnly === true;
     if (this.path !== ':memory:') prepareDatabaseFile(this.path, this.readOnly);
     this.clock = hostClock();
@@ -333,6 +374,22 @@ export class SqliteStore implements Store {
     });
   }
 
+  /** Delete every lease, fence and stream entry whose name starts with `prefix`, in one transaction; how many rows went. */
+  async purge(prefix: string): Promise<number> {
+    checkPurgePrefix(prefix);
+    if (this.readOnly) throw new StoreUnavailableError(`sqlite store ${this.path}: opened read-only, cannot purge`);
+    return await this.run('purge', 'bulk', () =>
+      this.transaction(() => {
+        // substr, not LIKE: the prefix is user text and never a pattern.
+        let n = 0;
+        for (const [table, column] of [['tenure_leases', 'name'], ['tenure_fences', 'name'], ['tenure_streams', 'stream']] as const) {
+          n += Number(this.db.prepare(`DELETE FROM ${table} WHERE substr(${column}, 1, length(?)) = ?`).run(prefix, prefix).changes);
+        }
+        return n;
+      }),
+    );
+  }
+
   async list(prefix = ''): Promise<Lease[]> {
     if (typeof prefix !== 'string') throw new InvalidArgumentError('prefix', 'expected a string');
     return this.query('list', () => {
@@ -347,10 +404,11 @@ export class SqliteStore implements Store {
     });
   }
 
-  async appendFenced(token: FencingToken, stream: string, payload: string): Promise<number> {
+  async appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {
     checkToken('token', token);
     checkName('stream', stream);
     checkPayload('payload', payload);
+    const expectSeq = checkAppendOptions(options);
     return this.write('appendFenced', () => {
       const highest = Number(this.st.getFence.get(token.lease)?.max_term ?? 0);
       const leaseTerm = this.getRow(token.lease)?.term ?? 0;
@@ -362,19 +420,75 @@ export class SqliteStore implements Store {
       // A stream belongs to the lease of its first entry (inside this write transaction).
       const first = this.st.firstEntryLease.get(stream);
       if (first && String(first.lease) !== token.lease) throw foreignStreamError(stream, String(first.lease), token.lease);
+      const head = Number(this.st.lastSeq.get(stream)?.seq ?? 0);
+      // The compare-and-set on the head, in the same transaction; refused before the fence moves.
+      if (expectSeq !== undefined && expectSeq !== head) throw new VersionConflictError(stream, expectSeq, head);
       if (token.term > highest) this.st.putFence.run(token.lease, token.term);
-      const seq = Number(this.st.lastSeq.get(stream)?.seq ?? 0) + 1;
-      this.st.insertEntry.run(stream, seq, token.lease, token.term, payload);
+      const seq = head + 1;
+      this.st.insertEntry.run(stream, seq, token.lease, token.term, payload, Date.now());
+      return seq;
+    }).then((seq) => {
+      for (const tell of localAppends.get(this.appendsKey) ?? []) tell(stream, seq);
       return seq;
     });
+  }
+
+  /** The stream's head and this host's wall clock (the clock of `appendedAt`). */
+  async streamHead(stream: string): Promise<StreamHead> {
+    checkName('stream', stream);
+    return this.query('streamHead', () => ({ seq: Number(this.st.lastSeq.get(stream)?.seq ?? 0), nowMs: Date.now() }));
+  }
+
+  /**
+   * Push for streams: appends by any SqliteStore of this file in this process are told at once;
+   * other processes' commits are noticed by the `PRAGMA data_version` poll every `pollMs`, which
+   * then reads the heads of the watched streams.
+   */
+  watchStream(stream: string, listener: (head: number) => void): Unsubscribe {
+    checkName('stream', stream);
+    if (this.closed) throw new ClosedError('sqlite store');
+    let w = this.watchedStreams.get(stream);
+    if (!w) {
+      let last = 0;
+      try {
+        last = Number(this.st.lastSeq.get(stream)?.seq ?? 0);
+      } catch {
+        last = 0; // busy: the poll reads it
+      }
+      w = { listeners: new Set(), last };
+      this.watchedStreams.set(stream, w);
+    }
+    w.listeners.add(listener);
+    let local = localAppends.get(this.appendsKey);
+    if (!local) localAppends.set(this.appendsKey, (local = new Set()));
+    local.add(this.onLocalAppend);
+    this.startPolling();
+    const entry = w;
+    return () => {
+      entry.listeners.delete(listener);
+      if (entry.listeners.size === 0 && this.watchedStreams.get(stream) === entry) this.watchedStreams.delete(stream);
+      if (this.watchedStreams.size === 0) this.stopLocalAppends();
+      if (this.watched.size === 0 && this.watchedStreams.size === 0) this.stopPolling();
+    };
   }
 
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
     return this.query('readStream', () =>
-      this.st.readEntries.all(stream, after, limit).map((r) => decodeStreamEntry('sqlite', stream, { seq: r.seq, lease: String(r.lease), term: r.term, payload: String(r.payload) })),
+      this.st.readEntries
+        .all(stream, after, limit)
+        .map((r) => decodeStreamEntry('sqlite', stream, { seq: r.seq, lease: String(r.lease), term: r.term, payload: String(r.payload), appendedAt: r.appended_at })),
     );
+  }
+
+  /** The stream's last entry, by the primary key read backwards (no scan). */
+  async readLast(stream: string): Promise<StreamEntry | null> {
+    checkName('stream', stream);
+    return this.query('readLast', () => {
+      const r = this.st.readLastEntry.get(stream);
+      return r ? decodeStreamEntry('sqlite', stream, { seq: r.seq, lease: String(r.lease), term: r.term, payload: String(r.payload), appendedAt: r.appended_at }) : null;
+    });
   }
 
   watch(name: string, listener: WatchListener): Unsubscribe {
@@ -398,7 +512,7 @@ export class SqliteStore implements Store {
     return () => {
       entry.listeners.delete(listener);
       if (entry.listeners.size === 0) this.watched.delete(name);
-      if (this.watched.size === 0) this.stopPolling();
+      if (this.watched.size === 0 && this.watchedStreams.size === 0) this.stopPolling();
     };
   }
 
@@ -411,7 +525,9 @@ export class SqliteStore implements Store {
     if (!this.closed) {
       this.closed = true;
       this.stopPolling();
+      this.stopLocalAppends();
       this.watched.clear();
+      this.watchedStreams.clear();
       this.db.close();
     }
     return Promise.resolve();
@@ -432,10 +548,16 @@ export class SqliteStore implements Store {
         CREATE TABLE IF NOT EXISTS tenure_fences (name TEXT PRIMARY KEY, max_term INTEGER NOT NULL);
         CREATE TABLE IF NOT EXISTS tenure_streams (
           stream TEXT NOT NULL, seq INTEGER NOT NULL, lease TEXT NOT NULL, term INTEGER NOT NULL,
-          payload TEXT NOT NULL, PRIMARY KEY (stream, seq));`);
+          payload TEXT NOT NULL, appended_at INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (stream, seq));`);
       const version = this.db.prepare("SELECT value FROM tenure_schema WHERE key = 'version'").get();
-      if (version && version.value !== SCHEMA_VERSION) {
+      if (version && !SCHEMA_VERSIONS_READABLE.includes(String(version.value))) {
         throw new Error(`database schema version ${String(version.value)} is not ${SCHEMA_VERSION}; upgrade tenure`);
+      }
+      // 1 -> 2: append times; the entries already there get the migration's (the best bound known).
+      const columns = this.db.prepare('PRAGMA table_info(tenure_streams)').all();
+      if (!columns.some((c) => c.name === 'appended_at')) {
+        this.db.exec('ALTER TABLE tenure_streams ADD COLUMN appended_at INTEGER NOT NULL DEFAULT 0');
+        this.db.prepare('UPDATE tenure_streams SET appended_at = ? WHERE appended_at = 0').run(Date.now());
       }
       this.db.prepare("INSERT OR REPLACE INTO tenure_schema (key, value) VALUES ('version', ?)").run(SCHEMA_VERSION);
       const epoch = this.db.prepare("SELECT value FROM tenure_schema WHERE key = 'clock'").get();
@@ -462,7 +584,8 @@ export class SqliteStore implements Store {
       throw new Error(`${this.path} is not a tenure store (${(err as Error).message})`, { cause: err });
     }
     const get = (key: string): unknown => rows.find((r) => r.key === key)?.value;
-    if (get('version') !== SCHEMA_VERSION) throw new Error(`${this.path}: database schema version ${String(get('version'))} is not ${SCHEMA_VERSION}`);
+    if (!SCHEMA_VERSIONS_READABLE.includes(String(get('version')))) throw new Error(`${this.path}: database schema version ${String(get('version'))} is not ${SCHEMA_VERSION}`);
+    this.hasAppendTimes = get('version') === SCHEMA_VERSION;
     if (get('clock') !== this.clock.epoch) this.clock = { epoch: this.clock.epoch, now: () => Number.MAX_VALUE };
   }
 
@@ -493,8 +616,15 @@ export class SqliteStore implements Store {
       putFence: p('INSERT INTO tenure_fences (name, max_term) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET max_term = excluded.max_term'),
       lastSeq: p('SELECT max(seq) AS seq FROM tenure_streams WHERE stream = ?'),
       firstEntryLease: p('SELECT lease FROM tenure_streams WHERE stream = ? AND seq = 1'),
-      insertEntry: p('INSERT INTO tenure_streams (stream, seq, lease, term, payload) VALUES (?, ?, ?, ?, ?)'),
-      readEntries: p('SELECT CAST(seq AS TEXT) AS seq, lease, CAST(term AS TEXT) AS term, payload FROM tenure_streams WHERE stream = ? AND seq > ? ORDER BY tenure_streams.seq LIMIT ?'),
+      // A version 1 file opened read-only has no append times; its store refuses writes before
+      // running any statement (see write), so nothing is prepared for them.
+      insertEntry: !this.hasAppendTimes ? p('SELECT 1 WHERE 0') : p('INSERT INTO tenure_streams (stream, seq, lease, term, payload, appended_at) VALUES (?, ?, ?, ?, ?, ?)'),
+      readEntries: p(
+        `SELECT CAST(seq AS TEXT) AS seq, lease, CAST(term AS TEXT) AS term, payload, ${this.hasAppendTimes ? 'appended_at' : '0 AS appended_at'} FROM tenure_streams WHERE stream = ? AND seq > ? ORDER BY tenure_streams.seq LIMIT ?`,
+      ),
+      readLastEntry: p(
+        `SELECT CAST(seq AS TEXT) AS seq, lease, CAST(term AS TEXT) AS term, payload, ${this.hasAppendTimes ? 'appended_at' : '0 AS appended_at'} FROM tenure_streams WHERE stream = ? ORDER BY tenure_streams.seq DESC LIMIT 1`,
+      ),
       dataVersion: p('PRAGMA data_version'),
     };
   }
@@ -658,6 +788,21 @@ export class SqliteStore implements Store {
     this.pollTimer.unref();
   }
 
+  private stopLocalAppends(): void {
+    const local = localAppends.get(this.appendsKey);
+    if (!local) return;
+    local.delete(this.onLocalAppend);
+    if (local.size === 0) localAppends.delete(this.appendsKey);
+  }
+
+  /** Tell a stream's listeners a head higher than the last they were told. */
+  private tellStream(stream: string, head: number): void {
+    const w = this.watchedStreams.get(stream);
+    if (!w || head <= w.last) return;
+    w.last = head;
+    for (const l of [...w.listeners]) queueMicrotask(() => l(head));
+  }
+
   private stopPolling(): void {
     if (this.pollTimer) clearInterval(this.pollTimer);
     this.pollTimer = null;
@@ -669,6 +814,8 @@ export class SqliteStore implements Store {
       const version = Number(this.st.dataVersion.get()?.data_version ?? 0);
       const changed = version !== this.lastDataVersion;
       this.lastDataVersion = version;
+      // Another connection committed: read the heads of the watched streams (one indexed read each).
+      if (changed) for (const stream of this.watchedStreams.keys()) this.tellStream(stream, Number(this.st.lastSeq.get(stream)?.seq ?? 0));
       const now = this.clock.now();
       for (const [name, w] of this.watched) {
         const expired = w.last !== null && w.last.expiresAtMs <= now;

@@ -1,2 +1,2 @@
-export { FaultProxy } from './fault-proxy.js';
-export type { Direction, Endpoint, FaultProxyOptions, HoldOptions, ProxyMode, ProxyStats } from './fault-proxy.js';
+export { FaultProxy } from '../../../src/chaos/fault-proxy.js';
+export type { Direction, Endpoint, FaultProxyOptions, HoldOptions, ProxyMode, ProxyStats } from '../../../src/chaos/fault-proxy.js';

@@ -75,6 +75,17 @@ export interface ChaosBackend {
   /** Lease TTL for the run (default 1500 ms). */
   readonly ttlMs?: number;
   /**
+   * How long the CI run (chaos.test.ts) lasts, ms, when 22 s is too short for the store's TTL
+   * (a run warms up for 3 TTLs and ends with a quiet TTL + 1.5 s): azblob's 15 s blob leases.
+   */
+  readonly ciDurationMs?: number;
+  /**
+   * The read router's bound on a follower's lag for the run, ms (default 1000). azblob: a lease's
+   * age is known to the second only (the service's `Date` header), and the advert's age is
+   * counted up to 1 s older than it is, so a 1 s bound would route no read to a follower.
+   */
+  readonly readMaxLagMs?: number;
+  /**
    * What the nodes do (default `elector`): campaign with a LeaderElector on the store at `url`;
    * or `redlock`: take a Redlock at `url` (a `redlock://` URL) per group and append with its
    * fencing token to the store at `streamUrl` (test/fixtures/chaos-node.ts).

@@ -1,0 +1,247 @@
+/**
+ * MySQL push hand-over by wake locks (src/stores/mysql/wake.ts), against the shared MariaDB: a
+ * waiter is woken by the holder's release (with polling turned so slow that only push can explain
+ * it), many waiters, a store closed while its waiters block (no hang, no connection left on the
+ * server), a wake connection killed by the server (falls back to polling, then waits again), the
+ * holder's session killed, hostile and long names, and two electors handing over.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import mysql from 'mysql2/promise';
+import type { Lease } from '../../src/core/index.js';
+import { LeaderElector } from '../../src/election/index.js';
+import { MysqlStore } from '../../src/stores/mysql/index.js';
+import type { MysqlStoreOptions } from '../../src/stores/mysql/index.js';
+import { wakeLockName } from '../../src/stores/mysql/wake.js';
+import { createMysqlDatabase, MYSQL_ADMIN_URL } from './sql-servers.js';
+import type { TestDatabase } from './sql-servers.js';
+import { waitFor } from './restart-scenario.js';
+
+/** A poll interval no test runs long enough to see: whatever a waiter learns in time came by push. */
+const NEVER_MS = 600_000;
+/** A TTL far beyond every wait below: nothing here is learnt at an expiry. */
+const TTL_MS = 120_000;
+
+let db: TestDatabase;
+let admin: mysql.Pool;
+const stores: MysqlStore[] = [];
+
+const open = (options: Partial<MysqlStoreOptions> = {}): MysqlStore => {
+  const s = new MysqlStore({ url: db.url, watchPollMs: NEVER_MS, ...options });
+  stores.push(s);
+  return s;
+};
+
+/** Server threads of this test's database, and those blocked in GET_LOCK (the waiters). */
+async function threads(): Promise<{ all: number[]; waiting: number[] }> {
+  const [rows] = await admin.query('SELECT ID AS id, INFO AS info FROM information_schema.PROCESSLIST WHERE DB = ?', [db.name]);
+  const list = rows as { id: number; info: string | null }[];
+  return { all: list.map((r) => Number(r.id)), waiting: list.filter((r) => r.info?.includes('/* tenure wait */') === true).map((r) => Number(r.id)) };
+}
+
+const show = (l: Lease | null): string | null => (l ? `${l.owner}@${l.term}` : null);
+
+/** A watch of `name` on `store` recording what it is told. */
+function record(store: MysqlStore, name: string): { seen: (string | null)[]; stop: () => void } {
+  const seen: (string | null)[] = [];
+  const stop = store.watch!(name, (l) => seen.push(show(l)));
+  return { seen, stop };
+}
+
+/** Until `store` waits on `name` with a blocked connection and `holder` holds `name`'s wake lock. */
+async function settled(store: MysqlStore, name: string, holder?: MysqlStore): Promise<void> {
+  await waitFor(() => store.wakeState().waiting.includes(name) && (holder === undefined || holder.wakeState().held.includes(name)), 10_000, `${name} waited on`);
+}
+
+beforeAll(async () => {
+  db = await createMysqlDatabase();
+  admin = mysql.createPool({ uri: MYSQL_ADMIN_URL, connectionLimit: 2 });
+});
+
+afterEach(async () => {
+  await Promise.all(stores.splice(0).map((s) => s.close()));
+});
+
+afterAll(async () => {
+  await admin.end();
+  await db.drop();
+});
+
+describe('mysql wake locks', () => {
+  it('has push by default with a url; not with wakeLocks false and no watchPollMs', async () => {
+    expect(typeof open({ watchPollMs: undefined }).watch).toBe('function');
+    expect(open({ wakeLocks: false, watchPollMs: undefined }).watch).toBeUndefined();
+    expect(() => open({ wakeConnections: -1 })).toThrow(/wakeConnections/);
+    expect(() => open({ wakeConnections: 1.5 })).toThrow(/wakeConnections/);
+  });
+
+  it('wakes a waiter at the release, not at a poll or the expiry', async () => {
+    const holder = open();
+    const waiter = open();
+    await holder.acquire('g', 'a~1', TTL_MS);
+    const w = record(waiter, 'g');
+    await waitFor(() => w.seen.length === 1, 10_000, 'holder seen');
+    await settled(waiter, 'g', holder);
+    const wakes = waiter.wakeState().wakes;
+    expect(await holder.release('g', 'a~1', 1)).toBe(true);
+    // Polls come every 10 minutes and the lease would expire in 2: only the wake lock tells it now.
+    await waitFor(() => w.seen.length === 2, 10_000, 'release seen');
+    expect(w.seen).toEqual(['a~1@1', null]);
+    expect(waiter.wakeState().wakes).toBeGreaterThan(wakes);
+    expect(holder.wakeState().held).toEqual([]);
+    // The woken candidate takes over; then it holds the wake lock, and its release wakes the first.
+    expect((await waiter.acquire('g', 'b~1', TTL_MS)).acquired).toBe(true);
+    const h = record(holder, 'g');
+    await waitFor(() => h.seen.includes('b~1@2'), 10_000, 'new holder seen');
+    await settled(holder, 'g', waiter);
+    await waiter.release('g', 'b~1', 2);
+    await waitFor(() => h.seen.at(-1) === null, 10_000, 'second release seen');
+    w.stop();
+    h.stop();
+  });
+
+  it('wakes many waiters: several stores, and several listeners on one store (one connection)', async () => {
+    const holder = open();
+    await holder.acquire('many', 'a~1', TTL_MS);
+    const waiters = Array.from({ length: 5 }, () => open());
+    const watches = waiters.map((s) => record(s, 'many'));
+    const extra = [record(waiters[0]!, 'many'), record(waiters[0]!, 'many')];
+    for (const s of waiters) await settled(s, 'many', holder);
+    // One blocked connection per store, however many listeners (a waiter may be between two waits for a moment).
+    await waitFor(async () => (await threads()).waiting.length === 5, 10_000, 'five blocked waits');
+    await holder.release('many', 'a~1', 1);
+    for (const w of [...watches, ...extra]) await waitFor(() => w.seen.at(-1) === null, 10_000, 'every waiter told');
+    // One of them takes over; every other waiter learns it and waits again.
+    expect((await waiters[2]!.acquire('many', 'c~1', TTL_MS)).acquired).toBe(true);
+    for (const w of watches) await waitFor(() => w.seen.at(-1) === 'c~1@2', 10_000, 'new holder told');
+    for (const s of waiters.filter((_, i) => i !== 2)) await settled(s, 'many', waiters[2]);
+    for (const w of [...watches, ...extra]) w.stop();
+  });
+
+  it('polls names watched beyond wakeConnections', async () => {
+    const holder = open();
+    const waiter = open({ wakeConnections: 1, watchPollMs: 50 });
+    await holder.acquire('p/1', 'a~1', TTL_MS);
+    await holder.acquire('p/2', 'a~1', TTL_MS);
+    const w1 = record(waiter, 'p/1');
+    const w2 = record(waiter, 'p/2');
+    await settled(waiter, 'p/1', holder);
+    expect(waiter.wakeState().waiting).toEqual(['p/1']);
+    await waitFor(() => w2.seen.length === 1, 10_000, 'polled holder seen');
+    await holder.release('p/2', 'a~1', 1);
+    await waitFor(() => w2.seen.at(-1) === null, 10_000, 'polled release seen');
+    // Unwatching the first gives the second its connection.
+    w1.stop();
+    await holder.acquire('p/2', 'a~1', TTL_MS);
+    await settled(waiter, 'p/2', holder);
+    w2.stop();
+  });
+
+  it('closes promptly while its waiters block, and leaves no connection on the server', async () => {
+    const holder = open();
+    const waiter = open();
+    const names = ['c/1', 'c/2', 'c/3'];
+    for (const n of names) await holder.acquire(n, 'a~1', TTL_MS);
+    const watches = names.map((n) => record(waiter, n));
+    for (const n of names) await settled(waiter, n, holder);
+    expect((await threads()).waiting.length).toBe(3);
+    const started = performance.now();
+    await waiter.close();
+    // Not a timing assertion: a close that waited for the 30 s GET_LOCK would fail the test's own timeout.
+    expect(performance.now() - started).toBeLessThan(20_000);
+    await waitFor(async () => (await threads()).waiting.length === 0, 10_000, 'blocked waits gone');
+    for (const w of watches) w.stop(); // after close: harmless
+    await holder.close();
+    await waitFor(async () => (await threads()).all.length === 0, 10_000, 'every connection of the database closed');
+  });
+
+  it('a wake connection killed by the server: falls back to polling, then waits again', async () => {
+    const holder = open();
+    const waiter = open({ watchPollMs: 100 });
+    await holder.acquire('k', 'a~1', TTL_MS);
+    const w = record(waiter, 'k');
+    await settled(waiter, 'k', holder);
+    const [victim] = (await threads()).waiting;
+    expect(victim).toBeDefined();
+    await admin.query(`KILL CONNECTION ${victim!}`);
+    // Meanwhile changes are still seen (by the fallback poll or the new connection).
+    await holder.release('k', 'a~1', 1);
+    await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen after the kill');
+    await holder.acquire('k', 'a~1', TTL_MS);
+    await waitFor(() => w.seen.at(-1) === 'a~1@2', 10_000, 'holder seen after the kill');
+    // Recovered: a new connection waits, and a release wakes it.
+    await settled(waiter, 'k', holder);
+    const now = (await threads()).waiting;
+    expect(now).not.toContain(victim);
+    expect(now.length).toBe(1);
+    const wakes = waiter.wakeState().wakes;
+    await holder.release('k', 'a~1', 2);
+    await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen by push again');
+    expect(waiter.wakeState().wakes).toBeGreaterThan(wakes);
+    w.stop();
+  });
+
+  it("the holder's session killed: its wake locks are taken again, and its release still wakes waiters", async () => {
+    const holder = open();
+    const waiter = open();
+    await holder.acquire('hk', 'a~1', TTL_MS);
+    const w = record(waiter, 'hk');
+    await settled(waiter, 'hk', holder);
+    const waiting = (await threads()).waiting;
+    // The holder's session: the one of this database that is neither waiting nor a pooled call's. Kill
+    // every connection of the database but the waiter's; the pools reconnect on their own.
+    for (const id of (await threads()).all.filter((id) => !waiting.includes(id))) await admin.query(`KILL CONNECTION ${id}`).catch(() => {});
+    // The waiter was woken early, read the row, found it still held, and waits again; the holder
+    // takes its wake lock again on a new session.
+    await waitFor(async () => holder.wakeState().held.includes('hk') && waiter.wakeState().waiting.includes('hk') && (await threads()).all.length >= 2, 10_000, 'both back');
+    expect(w.seen).toEqual(['a~1@1']);
+    await waitFor(async () => {
+      // The new session has its lock once the waiter is blocked again behind it.
+      const [rows] = await admin.query('SELECT IS_USED_LOCK(?) AS id', [wakeLockName(db.name, 'tenure_', 'hk')]);
+      return (rows as { id: number | null }[])[0]?.id !== null;
+    }, 10_000, 'wake lock held again');
+    await holder.release('hk', 'a~1', 1);
+    await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen');
+    w.stop();
+  });
+
+  it('hostile and long names: one fixed-length lock name each, distinct per database, prefix and name', async () => {
+    const long = 'é'.repeat(200);
+    const hostile = ["'; SELECT RELEASE_ALL_LOCKS(); --", 'a`b"c\\d', long, 'g ', 'g', '🦀'.repeat(100)];
+    const names = new Set<string>();
+    for (const n of hostile) {
+      for (const [dbName, prefix] of [['d1', 'tenure_'], ['d2', 'tenure_'], ['d1', 'x_']] as const) {
+        const lock = wakeLockName(dbName, prefix, n);
+        expect(lock.length).toBeLessThanOrEqual(64);
+        names.add(lock);
+      }
+    }
+    expect(names.size).toBe(hostile.length * 3);
+    // End to end with the longest and the most hostile.
+    const holder = open();
+    const waiter = open();
+    for (const n of [long, hostile[0]!, hostile[1]!]) {
+      await holder.acquire(n, 'a~1', TTL_MS);
+      const w = record(waiter, n);
+      await settled(waiter, n, holder);
+      await holder.release(n, 'a~1', 1);
+      await waitFor(() => w.seen.at(-1) === null, 10_000, 'release of a hostile name seen');
+      w.stop();
+    }
+  });
+
+  it('hands an election over at the release: two electors, TTL 2 minutes', async () => {
+    const a = new LeaderElector({ store: open(), group: 'e', id: 'a', ttlMs: TTL_MS });
+    const bStore = open();
+    const b = new LeaderElector({ store: bStore, group: 'e', id: 'b', ttlMs: TTL_MS });
+    let bLeads = false;
+    b.on('elected', () => (bLeads = true));
+    a.start();
+    await waitFor(() => a.isLeader, 10_000, 'a leads');
+    b.start();
+    await settled(bStore, 'e');
+    await waitFor(async () => (await threads()).waiting.length >= 1, 10_000, 'b waits');
+    await a.stop();
+    await waitFor(() => bLeads, 20_000, 'b elected long before the expiry');
+    await b.stop();
+  });
+});

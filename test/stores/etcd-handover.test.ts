@@ -106,6 +106,30 @@ describe('EtcdStore hand-over on release', () => {
     wc.stop();
   });
 
+  it('hands over to a waiter the holder has not heard of: the plain release fails on the waiting room and reads it', async () => {
+    const name = unique('unheard');
+    const a = store();
+    const b = store();
+    const c = store();
+    // a holds but does not watch, so it follows no waiting room: it learns of b only from its release.
+    expect(await a.acquire(name, 'a~1', 2000)).toMatchObject({ acquired: true, lease: { term: 1 } });
+    const wb = record(b, name);
+    expect(await b.acquire(name, 'b~1', 2000)).toMatchObject({ acquired: false, lease: { owner: 'a~1' } });
+    await waitUntil(async () => (await waiters(name)).length === 1);
+    const wc = record(c, name);
+    await waitUntil(() => wc.seen.includes('a~1@1'));
+
+    expect(await a.release(name, 'a~1', 1)).toBe(true);
+    await waitUntil(() => wb.seen.includes('b~1@2') && wc.seen.includes('b~1@2'));
+    expect(wc.seen).toEqual(['a~1@1', 'b~1@2']); // nobody saw the name free
+    expect(await waiters(name)).toEqual([]);
+    expect(await counter(name)).toBe(2);
+    expect(await b.acquire(name, 'b~1', 2000)).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 2 } });
+    expect(await a.release(name, 'a~1', 1)).toBe(false);
+    wb.stop();
+    wc.stop();
+  });
+
   it('a waiter that stops watching leaves the waiting room, and the release is a plain one', async () => {
     const name = unique('leave');
     const { a, b, wa, wb } = await holderAndWaiter(name);

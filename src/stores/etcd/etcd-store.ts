@@ -287,11 +287,23 @@ export class EtcdStore implements Store {
     const held = this.held.get(name);
     if (held && held.owner === owner && held.term === term) {
       if (await this.handOver(name, held)) return true;
-      const res = await conn.txn(
+      const own: ICompare = { key: held.key, target: 'Create', result: 'Equal', create_revision: held.createRevision };
+      const room = conn.layout.waiters(name);
+      // A plain release only while nobody waits: a waiter this process has not heard of yet (its
+      // waiting-room watch lags the waiter's key) fails the txn, whose failure branch reads the
+      // room, and the name is handed over after all. An empty range compares as create revision 0.
+      let res = await conn.txn(
         `release ${name}`,
-        [{ key: held.key, target: 'Create', result: 'Equal', create_revision: held.createRevision }],
+        [own, { key: room, range_end: prefixEnd(room), target: 'Create', result: 'Equal', create_revision: 0 }],
         [{ request_delete_range: { key: held.key, prev_kv: true } }],
+        [{ request_range: { key: held.key, count_only: true } }, this.room.readOp(name)],
       );
+      if (!res.succeeded && Number(res.responses[0]?.response_range?.count ?? 0) > 0) {
+        this.room.note(name, rangeKvs(res.responses[1]));
+        if (await this.handOver(name, held)) return true;
+        // Only the holder's own spare waits, or the waiter went: release whoever waits.
+        res = await conn.txn(`release ${name}`, [own], [{ request_delete_range: { key: held.key, prev_kv: true } }]);
+      }
       if (this.held.get(name) === held) this.held.delete(name);
       this.syncWaiterWatch(name);
       if (res.succeeded) {

@@ -279,6 +279,65 @@ describe('mysql store: on the shared server', () => {
     const after = await a.readStream('log', { after: 45, limit: 10 });
     expect(after.map((e) => [e.seq, e.payload])).toEqual([[46, 'new term']]);
   });
+
+  it('returns read entries only once a commit after the read made them durable: the barrier flips its row on the same connection', async () => {
+    // InnoDB shows a commit to other sessions before its redo log is flushed; the chaos suite saw
+    // a follower apply an append that a kill -9 of the server then lost. The barrier is a write
+    // committed on the reading connection after the read, so the log is flushed past the read.
+    const sent: { conn: number; sql: string }[] = [];
+    let conns = 0;
+    const recording = {
+      getConnection: async () => {
+        const c = await pool.getConnection();
+        const conn = ++conns;
+        return new Proxy(c, {
+          get(t, prop) {
+            const v: unknown = Reflect.get(t, prop, t);
+            if (typeof v !== 'function') return v;
+            if (prop === 'execute' || prop === 'query') {
+              return (sql: string | { sql: string }, ...rest: unknown[]) => {
+                sent.push({ conn, sql: typeof sql === 'string' ? sql : sql.sql });
+                return (v as (...a: unknown[]) => unknown).call(t, sql, ...rest);
+              };
+            }
+            return (v as (...a: unknown[]) => unknown).bind(t);
+          },
+        });
+      },
+      end: async () => {},
+    };
+    const writer = open({ pool, tablePrefix: 'durable_' });
+    const reader = open({ pool: recording as unknown as MysqlPool, tablePrefix: 'durable_' });
+    const barrier = async (): Promise<string | null> => {
+      const [rows] = await pool.query("SELECT value FROM durable_schema WHERE `key` = 'durability-barrier'");
+      return (rows as { value: string }[])[0]?.value ?? null;
+    };
+    expect(await reader.readStream('log', { after: 0, limit: 10 })).toEqual([]); // creates the tables
+    const held = await writer.acquire('w', 'a~1', 30_000);
+    if (!held.acquired) throw new Error('not acquired');
+    await writer.appendFenced({ lease: 'w', term: held.lease.term }, 'log', 'one');
+
+    // Nothing new to read: no barrier.
+    const before = await barrier();
+    sent.length = 0;
+    expect(await reader.readStream('log', { after: 1, limit: 10 })).toEqual([]);
+    expect(sent.some((q) => q.sql.includes('durability-barrier'))).toBe(false);
+    expect(await barrier()).toBe(before);
+
+    // Entries read: the barrier follows the read, on its connection, and its row changed.
+    sent.length = 0;
+    expect((await reader.readStream('log', { after: 0, limit: 10 })).map((e) => e.payload)).toEqual(['one']);
+    const read = sent.findIndex((q) => q.sql.includes('SELECT') && q.sql.includes('durable_streams'));
+    const flushed = sent.findIndex((q) => q.sql.includes('durability-barrier'));
+    expect(read).toBeGreaterThanOrEqual(0);
+    expect(flushed).toBeGreaterThan(read);
+    expect(sent[flushed]!.conn).toBe(sent[read]!.conn);
+    const flipped = await barrier();
+    expect(flipped).not.toBeNull();
+    expect(flipped).not.toBe(before);
+    await reader.readStream('log', { after: 0, limit: 10 });
+    expect(await barrier()).not.toBe(flipped); // each read with entries commits a change
+  });
 });
 
 describe.skipIf((mysqlChaos.unavailable?.() ?? null) !== null)('mysql store: a private server', () => {

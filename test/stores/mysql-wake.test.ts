@@ -244,4 +244,23 @@ describe('mysql wake locks', () => {
     await waitFor(() => bLeads, 20_000, 'b elected long before the expiry');
     await b.stop();
   });
+
+  it('tells a free lease after a free lease of an older term: a holder came and went between two reads', async () => {
+    // Polling only, slow: the holder of term 2 comes and goes between two reads of the watcher.
+    const watcher = open({ wakeLocks: false, watchPollMs: 300 });
+    const other = open({ wakeLocks: false });
+    const w = record(watcher, 'gone');
+    await other.acquire('gone', 'a~1', TTL_MS);
+    await waitFor(() => w.seen.length === 1, 5000, 'holder seen');
+    await other.release('gone', 'a~1', 1);
+    await waitFor(() => w.seen.length === 2, 5000, 'release seen');
+    // A candidate that lost to term 2 (learnt by its own acquire, not by the watch) waits for
+    // this release: it must be told, though the watch last said "free" too.
+    expect((await other.acquire('gone', 'b~1', TTL_MS)).lease.term).toBe(2);
+    await other.release('gone', 'b~1', 2);
+    await waitFor(() => w.seen.length >= 3, 5000, 'the second release told');
+    expect(w.seen.slice(0, 2)).toEqual(['a~1@1', null]);
+    expect(w.seen.at(-1)).toBeNull(); // (b~1@2 before it only if a read fell inside the hold)
+    w.stop();
+  });
 });

@@ -485,11 +485,19 @@ export class MysqlStore implements Store {
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
-    return this.run('readStream', async (c) =>
-      (await select(c, this.sql.readStream, [stream, after, limit])).map((row) =>
+    return this.run('readStream', async (c) => {
+      const entries = (await select(c, this.sql.readStream, [stream, after, limit])).map((row) =>
         decodeStreamEntry('mysql', stream, { seq: row.seq, lease: text(row.lease), term: row.term, payload: text(row.payload), appendedAt: row.appended_at }),
-      ),
-    );
+      );
+      // InnoDB makes a commit visible to other sessions before its redo log is flushed: a reader
+      // can see an append that a crash of the server (kill -9) then loses, and a follower that
+      // applied it would hold an entry the log no longer has (found by the chaos suite). A write
+      // committed on the same connection after the read flushes the log up to it, so every entry
+      // read is durable once it returns; a server that restarted meanwhile fails the connection
+      // and nothing is returned. Only reads that found entries pay it.
+      if (entries.length > 0) await c.query(this.sql.durabilityBarrier);
+      return entries;
+    });
   }
 
   /** The stream's last entry: the primary key read backwards, one index probe. */
@@ -691,13 +699,20 @@ export class MysqlStore implements Store {
     if (w) this.advance(w, state, lease);
   }
 
-  /** Tell listeners iff `state` is newer than what they were last told and not null after null; whether it was newer. */
+  /**
+   * Tell listeners iff `state` is newer than what they were last told; whether it was newer. A
+   * free lease after a free lease of an older term is told too: someone held it in between (a
+   * term is issued only by an acquire), which a watcher may have learnt by its own acquire and
+   * not by this watch (a candidate that lost to it waits for the release). Keeping quiet there
+   * left a transferTo's named node waiting out a TTL for a release it was never told of.
+   */
   private advance(w: Watched, state: { term: number; owner: string | null }, lease: Lease | null): boolean {
     const last = w.last;
     const newer = state.term > last.term || (state.term === last.term && last.owner !== null && state.owner === null);
     if (!newer) return false;
     w.last = state;
-    if (last.owner === null && state.owner === null) return true;
+    // Term 0 with no holder is a row never acquired: nothing to tell.
+    if (last.owner === null && state.owner === null && state.term === 0) return true;
     for (const l of [...w.listeners]) queueMicrotask(() => l(lease));
     return true;
   }

@@ -79,6 +79,12 @@ export interface MysqlSql {
   readonly streamsTable: string;
   readonly addAppendedAt: string;
   readonly streamHead: string;
+  /**
+   * A write whose commit makes every commit before it durable (see MysqlStore.readStream): it
+   * flips a row of the schema table, so InnoDB logs it and, with innodb_flush_log_at_trx_commit=1,
+   * flushes the redo log up to it before answering.
+   */
+  readonly durabilityBarrier: string;
   /** `purge`: one DELETE per table of the names starting with ? (bytes compared, never a LIKE pattern). */
   readonly purge: readonly string[];
 }
@@ -99,6 +105,7 @@ export function buildSql(prefix: string): MysqlSql {
       `DELETE FROM ${S} WHERE ${startsWith('stream')}`,
       `DELETE FROM ${H} WHERE ${startsWith('stream')}`,
     ],
+    durabilityBarrier: `INSERT INTO ${schemaTable} (\`key\`, value) VALUES ('durability-barrier', '1') ON DUPLICATE KEY UPDATE value = IF(value = '1', '0', '1')`,
     lockName: `tenure:${prefix}`,
     schemaTable,
     schema: [

@@ -633,8 +633,9 @@ export class PostgresStore implements Store {
   }
 
   /**
-   * Tell listeners iff `state` is newer than what they were last told and not null after null.
-   * A newer state that a release handed over (`handed`: the reservation's ticket) is remembered
+   * Tell listeners iff `state` is newer than what they were last told. A free lease after a free
+   * lease of an older term is told too: someone held it in between, which a watcher may have
+   * learnt by its own acquire (a candidate that lost to it waits for the release). A newer state that a release handed over (`handed`: the reservation's ticket) is remembered
    * first, for the claim its new holder's acquire makes when told.
    */
   private advance(name: string, w: Watched, state: WatchState, lease: Lease | null, handed?: string): void {
@@ -644,7 +645,8 @@ export class PostgresStore implements Store {
     w.last = state;
     if (handed !== undefined && state.owner !== null) this.handedOver.set(name, { owner: state.owner, term: state.term, ticket: handed });
     else this.handedOver.delete(name);
-    if (last.owner === null && state.owner === null) return;
+    // Term 0 with no holder is a row never acquired: nothing to tell.
+    if (last.owner === null && state.owner === null && state.term === 0) return;
     for (const l of [...w.listeners]) queueMicrotask(() => l(lease));
   }
 

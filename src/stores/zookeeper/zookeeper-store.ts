@@ -723,10 +723,20 @@ export class ZookeeperStore implements Store {
     checkName('name', name);
     let last: string | null | undefined;
     let lastTerm: number | null = null; // the term of the holder last told, while one is
-    const tell = (lease: Lease | null): void => {
+    let freeTerm = 0; // the term counter when "free" was last told (or first seen)
+    const tell = (lease: Lease | null, counter = 0): void => {
       const key = lease ? `${lease.owner}@${lease.term}@${lease.ttlMs}@${JSON.stringify(lease.meta)}` : null;
-      if (key === last || (last === undefined && key === null)) {
-        last = key;
+      if (key === null) {
+        // Free after free is news when the counter moved: someone held it in between, unseen
+        // by this watch, and a candidate that lost to them (learnt by its own acquire) waits
+        // for this release.
+        const moved = last === null && counter > freeTerm;
+        freeTerm = Math.max(freeTerm, counter);
+        if (last === undefined || (last === null && !moved)) {
+          last = null;
+          return;
+        }
+      } else if (key === last) {
         return;
       }
       // A holder followed by a newer term: the lease was free in between (an acquire takes only a
@@ -748,7 +758,9 @@ export class ZookeeperStore implements Store {
       if (first === undefined) {
         const children = sortCandidates(await session.getChildren(dir, again));
         if (children.length > 0) return again();
-        return tell(null);
+        const { term } = await this.readTerm(session, name);
+        if (!stopped()) tell(null, term);
+        return;
       }
       try {
         const { data, stat } = await session.getData(`${dir}/${first}`, again);

@@ -102,7 +102,7 @@ export async function chaosCommand(argv: readonly string[], io: CliIO): Promise<
   });
   let report: ChaosReport;
   try {
-    if (!store.purge) throw new InvalidArgumentError('--store', `the ${store.kind} store cannot delete by prefix, so a chaos run could not clean up after itself (supported: sqlite, postgres, mysql, redis, etcd, zk)`);
+    if (!store.purge) throw new InvalidArgumentError('--store', `the ${store.kind} store cannot delete by prefix, so a chaos run could not clean up after itself (supported: sqlite, postgres, mysql, redis, etcd, zk, azblob, raft)`);
     await probeStore(store, target, `${prefix}probe`);
     report = await runChaosHarness({
       store,

@@ -5,6 +5,8 @@
  * a deliberate bug (nodes borrowing the holder's term) ends with exit 5 and a two-owners
  * violation, and cleans up too; SIGINT mid-run kills the nodes, deletes what the run wrote and
  * exits 130; hostile flags are one line and exit 2 with nothing created; credentials never show.
+ * etcd and ZooKeeper run with connection faults; the Raft store (raft://) and Azure Blob (Azurite)
+ * with node faults.
  */
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -17,6 +19,8 @@ import { openTestSqlite } from '../fixtures/sqlite-compat.js';
 import { etcdInstalled, sharedEtcd } from '../stores/etcd-harness.js';
 import { sharedZookeeper, zookeeperInstalled } from '../fixtures/zookeeper.js';
 import { createPostgresDatabase } from '../stores/sql-servers.js';
+import { ServeCluster } from '../stores/raft/serve-cluster.js';
+import { AZURITE_KEY, sharedAzurite } from '../fixtures/azurite.js';
 import type { TestDatabase } from '../stores/sql-servers.js';
 import { cleanUp, lines, sandbox, start, tenure, waitUntil } from './helpers.js';
 import type { Sandbox } from './helpers.js';
@@ -294,4 +298,59 @@ describe('tenure chaos on ZooKeeper (its own chroot)', () => {
       await app.close();
     }
   }, 120_000);
+});
+
+/**
+ * A run with node faults only (pause, kill, resign: the proxy takes one endpoint, and these
+ * stores' URLs name several or sign each request), on a store whose purge is newer than the
+ * others': it passes, cleans up all it wrote, and leaves the bystander alone.
+ */
+async function passesWithNodeFaults(url: string, extra: readonly string[], store: Store, purgeCountsEntries: boolean): Promise<void> {
+  const box = sandbox();
+  const reportFile = join(box.dir, 'report.json');
+  const r = await tenure(box, ['chaos', '--store', url, '--nodes', '3', '--seed', '11', '--faults', 'pause,kill,resign', '--report', reportFile, ...extra], { timeoutMs: 150_000 });
+  expect(r.code, r.stdout + r.stderr).toBe(0);
+  for (const secret of [AZURITE_KEY, encodeURIComponent(AZURITE_KEY)]) expect(r.stdout + r.stderr).not.toContain(secret);
+  const report = JSON.parse(readFileSync(reportFile, 'utf8')) as Report;
+  expect(report).toMatchObject({ verdict: 'pass', violations: [], cleanup: { left: 0, error: null } });
+  expect(report.accepted).toBeGreaterThan(0);
+  // The Raft store counts each entry it deleted; Azure counts blobs (a lease's entries are one journal blob).
+  if (purgeCountsEntries) expect(report.cleanup.purged).toBeGreaterThan(report.accepted);
+  else expect(report.cleanup.purged).toBeGreaterThan(0);
+  expect(await store.list('tenure-chaos-')).toEqual([]);
+  expect((await store.list()).map((l) => l.name)).toEqual(['app/leader']);
+}
+
+describe('tenure chaos on the Raft store (raft://, 3 tenure raft serve processes)', () => {
+  it('passes with node faults, cleans up with one purge command, and leaves the bystander alone', async () => {
+    const cluster = await ServeCluster.start();
+    try {
+      const url = cluster.url();
+      await bystander(url);
+      const store = await openStore(url);
+      try {
+        await passesWithNodeFaults(url, ['--duration', '10s'], store, true);
+      } finally {
+        await store.close();
+      }
+      await bystanderIntact(url);
+    } finally {
+      await cluster.close();
+    }
+  }, 180_000);
+});
+
+describe('tenure chaos on Azure Blob (Azurite, its own container)', () => {
+  it('passes with node faults at its shortest lease (15 s), cleans up its blobs, and leaves the bystander alone', async () => {
+    const azurite = await sharedAzurite();
+    const url = azurite.url(`chaos-${Date.now().toString(36)}`);
+    await bystander(url, 60_000);
+    const store = await openStore(url);
+    try {
+      await passesWithNodeFaults(url, ['--ttl', '15s', '--duration', '24s'], store, false);
+    } finally {
+      await store.close();
+    }
+    await bystanderIntact(url);
+  }, 180_000);
 });

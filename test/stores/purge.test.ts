@@ -1,5 +1,6 @@
 /**
- * Store.purge(prefix) on every store that has it (memory, SQLite, PostgreSQL, MySQL, Redis, etcd, ZooKeeper): it deletes
+ * Store.purge(prefix) on every store that has it (memory, SQLite, PostgreSQL, MySQL, Redis, etcd, ZooKeeper, Azure Blob, the
+ * Raft store embedded and through raft://): it deletes
  * the leases, fences and streams whose names start with the prefix, and nothing else: not a name
  * that merely contains it, not one that differs in one character, and `%` / `_` in the prefix are
  * plain characters, never LIKE patterns. A purged name starts again at term 1.
@@ -7,9 +8,37 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../../src/core/index.js';
 import type { Store } from '../../src/core/index.js';
+import { openStore } from '../../src/open.js';
 import { backends } from '../contract/backends.js';
+import type { Backend } from '../contract/backends.js';
+import { RaftCluster } from './raft/raft-cluster.js';
+import { ServeCluster } from './raft/serve-cluster.js';
 
-const purging = backends.filter((b) => ['memory', 'sqlite', 'postgres', 'mysql', 'redis', 'etcd', 'zookeeper'].includes(b.name));
+const raftBackends: Pick<Backend, 'name' | 'open'>[] = [
+  {
+    name: 'raft (embedded, 3 nodes)',
+    open: async () => {
+      const cluster = await RaftCluster.start();
+      cluster.stores.get(1)!.campaign();
+      const store = await cluster.leader();
+      return { store, cleanup: () => cluster.close() };
+    },
+  },
+  {
+    // What `tenure chaos --store raft://…` opens: the client store, its purge one write to the cluster.
+    name: 'raft:// (3 tenure raft serve processes)',
+    open: async () => {
+      const cluster = await ServeCluster.start();
+      const store = await openStore(cluster.url());
+      return { store, cleanup: async () => { await store.close(); await cluster.close(); } };
+    },
+  },
+];
+
+const purging: Pick<Backend, 'name' | 'open'>[] = [
+  ...backends.filter((b) => ['memory', 'sqlite', 'postgres', 'mysql', 'redis', 'etcd', 'zookeeper', 'azblob'].includes(b.name)),
+  ...raftBackends,
+];
 
 for (const backend of purging) {
   describe(`Store.purge on ${backend.name}`, () => {

@@ -27,6 +27,7 @@ import {
   checkAppendOptions,
   checkName,
   checkOwner,
+  checkPurgePrefix,
   checkPayload,
   checkReadOptions,
   checkTerm,
@@ -40,7 +41,7 @@ import {
 } from '../../core/index.js';
 import type { AcquireResult, AppendFencedOptions, FencingToken, Lease, LeaseMeta, ReadStreamOptions, RenewResult, Store, StreamEntry, StreamHead, Unsubscribe, WatchListener } from '../../core/index.js';
 import { Blobs, bodyText, isAnswer } from './blobs.js';
-import type { ContainerClient } from './driver.js';
+import type { AppendBlobClient, BlockBlobClient, ContainerClient } from './driver.js';
 import { Journals } from './journal.js';
 import { blobNames, fromB64, leaseIdOf, toB64 } from './names.js';
 
@@ -298,6 +299,66 @@ export class AzureBlobStore implements Store {
     checkName('stream', stream);
     if (this.blobs.isClosed) throw new ClosedError(this.blobs.label);
     return (await this.journals.entries(stream)).at(-1) ?? null;
+  }
+
+  /**
+   * Delete every lease, journal and stream claim whose name starts with `prefix` (see
+   * Store.purge): the blob names are hashes, so the lease and claim blobs are listed with their
+   * metadata, which names them. A leased blob's lease is broken first (Azure refuses to delete a
+   * leased blob otherwise): never purge names something still holds. Resolves with how many blobs
+   * went. Claims written before claims named their stream are matched by their lease's name.
+   */
+  async purge(prefix: string): Promise<number> {
+    checkPurgePrefix(prefix);
+    if (this.blobs.isClosed) throw new ClosedError(this.blobs.label);
+    const leases: { name: string; leased: boolean }[] = [];
+    const claims: { stream: string | null; blob: string }[] = [];
+    try {
+      await this.blobs.call('purge: list leases', async (abortSignal) => {
+        for await (const item of this.blobs.container.listBlobsFlat({ prefix: blobNames.leasesPrefix, includeMetadata: true, abortSignal })) {
+          const name = fromB64(item.metadata?.['name']);
+          const state = item.properties.leaseState;
+          if (name !== null && name.startsWith(prefix)) leases.push({ name, leased: state === 'leased' || state === 'breaking' });
+        }
+        return {};
+      });
+      await this.blobs.call('purge: list stream claims', async (abortSignal) => {
+        for await (const item of this.blobs.container.listBlobsFlat({ prefix: blobNames.streamsPrefix, includeMetadata: true, abortSignal })) {
+          const stream = fromB64(item.metadata?.['name']);
+          const lease = fromB64(item.metadata?.['lease']);
+          if ((stream !== null && stream.startsWith(prefix)) || (stream === null && lease !== null && lease.startsWith(prefix))) claims.push({ stream, blob: item.name });
+        }
+        return {};
+      });
+    } catch (err) {
+      throw this.blobs.unexpected(err);
+    }
+    let purged = 0;
+    const remove = async (what: string, blob: BlockBlobClient | AppendBlobClient): Promise<void> => {
+      try {
+        const res = await this.blobs.call(what, (abortSignal) => blob.deleteIfExists({ abortSignal }));
+        if (res.succeeded) purged++;
+      } catch (err) {
+        throw this.blobs.unexpected(err);
+      }
+    };
+    for (const { name, leased } of leases) {
+      const blob = this.leaseBlob(name);
+      if (leased) {
+        try {
+          await this.blobs.call(`purge: break the lease of ${name}`, (abortSignal) => blob.getBlobLeaseClient().breakLease(0, { abortSignal }));
+        } catch (err) {
+          if (!isAnswer(err, 409) && !isAnswer(err, 404)) throw this.blobs.unexpected(err);
+        }
+      }
+      await remove(`purge: delete the lease ${name}`, blob);
+      await remove(`purge: delete the journal of ${name}`, this.journals.blob(name));
+    }
+    for (const claim of claims) await remove(`purge: delete the claim of ${claim.stream ?? claim.blob}`, this.blobs.container.getBlockBlobClient(claim.blob));
+    // What this process remembered of them is gone with them.
+    this.journals.forget(prefix);
+    for (const key of [...this.metaOf.keys()]) if (key.startsWith(prefix)) this.metaOf.delete(key);
+    return purged;
   }
 
   async close(): Promise<void> {

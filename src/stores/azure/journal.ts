@@ -24,6 +24,7 @@ import {
 } from '../../core/index.js';
 import type { FencingToken, StreamEntry } from '../../core/index.js';
 import { Blobs, bodyText, isAnswer } from './blobs.js';
+import type { AppendBlobClient } from './driver.js';
 import { blobNames, fromB64, toB64 } from './names.js';
 
 interface JournalState {
@@ -94,6 +95,20 @@ export class Journals {
 
   private journal(lease: string) {
     return this.blobs.container.getAppendBlobClient(blobNames.journal(lease));
+  }
+
+  /** The journal blob of `lease` (for `purge`). */
+  blob(lease: string): AppendBlobClient {
+    return this.journal(lease);
+  }
+
+  /**
+   * Forget what this process read of the journals of leases, and the claims of streams, whose
+   * names start with `prefix`, or whose owner's does (`purge` deleted their blobs).
+   */
+  forget(prefix: string): void {
+    for (const lease of [...this.states.keys()]) if (lease.startsWith(prefix)) this.states.delete(lease);
+    for (const [stream, lease] of [...this.owners]) if (stream.startsWith(prefix) || lease.startsWith(prefix)) this.owners.delete(stream);
   }
 
   private async appendOnce(token: FencingToken, stream: string, payload: string, expectSeq: number | undefined): Promise<number> {
@@ -231,7 +246,7 @@ export class Journals {
   private async claim(stream: string, lease: string): Promise<string> {
     try {
       await this.blobs.call(`claim stream ${stream}`, (abortSignal) =>
-        this.streamBlob(stream).upload('', 0, { abortSignal, metadata: { tenure: '1', lease: toB64(lease) }, conditions: { ifNoneMatch: '*' } }),
+        this.streamBlob(stream).upload('', 0, { abortSignal, metadata: { tenure: '1', lease: toB64(lease), name: toB64(stream) }, conditions: { ifNoneMatch: '*' } }),
       );
       this.owners.set(stream, lease);
       return lease;

@@ -17,6 +17,7 @@ export const blobNames = {
   journal: (lease: string): string => `journals/${hash(lease)}`,
   /** The claim of `stream` by the lease of its first entry. */
   stream: (stream: string): string => `streams/${hash(stream)}`,
+  streamsPrefix: 'streams/',
 };
 
 /**

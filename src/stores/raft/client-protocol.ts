@@ -33,8 +33,8 @@ export const READ_PAGE_BYTES = 4 * 1024 * 1024;
 export const CLIENT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024;
 
 /** The operations a client may propose (tick and takeover are the leader's own). */
-export type ClientOperation = Extract<Operation, { op: 'acquire' | 'renew' | 'renewMany' | 'release' | 'append' }>;
-const CLIENT_OPS = new Set(['acquire', 'renew', 'renewMany', 'release', 'append']);
+export type ClientOperation = Extract<Operation, { op: 'acquire' | 'renew' | 'renewMany' | 'release' | 'append' | 'purge' }>;
+const CLIENT_OPS = new Set(['acquire', 'renew', 'renewMany', 'release', 'append', 'purge']);
 
 export type MemberAction = 'add' | 'promote' | 'remove';
 

@@ -17,6 +17,7 @@ import { randomBytes } from 'node:crypto';
 import {
   ClosedError,
   InvalidArgumentError,
+  checkPurgePrefix,
   StaleTermError,
   StoreUnavailableError,
   checkAppendOptions,
@@ -403,6 +404,16 @@ export class RaftClientStore implements Store, AsyncDisposable {
 
   release(name: string, owner: string, term: number): Promise<boolean> {
     return this.write({ op: 'release', name, owner, term }) as Promise<boolean>;
+  }
+
+  /** Delete every lease, fence and stream whose name starts with `prefix`, in one command (see Store.purge). */
+  purge(prefix: string): Promise<number> {
+    try {
+      checkPurgePrefix(prefix);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+    return this.write({ op: 'purge', prefix }) as Promise<number>;
   }
 
   appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {

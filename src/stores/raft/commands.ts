@@ -26,6 +26,7 @@ import {
   checkName,
   checkOwner,
   checkPayload,
+  checkPurgePrefix,
   checkRenewItems,
   checkTerm,
   checkToken,
@@ -60,7 +61,9 @@ export type Operation =
   /** Advances the log's time only: the leader proposes it when idle so followers' time moves. */
   | { readonly op: 'tick' }
   /** The first command of a new leader (its Raft term): live leases are refreshed (docs/raft-store.md). */
-  | { readonly op: 'takeover'; readonly raftTerm: number };
+  | { readonly op: 'takeover'; readonly raftTerm: number }
+  /** Store.purge: every lease, fence and stream whose name starts with `prefix` is deleted. */
+  | { readonly op: 'purge'; readonly prefix: string };
 
 /**
  * A client's session: `client` names it, `seq` numbers its commands (1, 2, …, one per command,
@@ -178,6 +181,8 @@ export function checkOperation(value: unknown): Operation {
       return { op: 'tick' };
     case 'takeover':
       return { op: 'takeover', raftTerm: checkTerm('raftTerm', o.raftTerm) };
+    case 'purge':
+      return { op: 'purge', prefix: checkPurgePrefix(o.prefix) };
     default:
       throw new InvalidArgumentError('operation.op', `unknown operation ${JSON.stringify(String(o.op).slice(0, 40))}`);
   }

@@ -17,6 +17,7 @@ import {
   StoreUnavailableError,
   checkAppendOptions,
   checkName,
+  checkPurgePrefix,
   reportStale,
   sleep,
   systemClock,
@@ -426,6 +427,16 @@ export class RaftStore implements Store, AsyncDisposable {
 
   release(name: string, owner: string, term: number): Promise<boolean> {
     return this.propose({ op: 'release', name, owner, term }) as Promise<boolean>;
+  }
+
+  /** Delete every lease, fence and stream whose name starts with `prefix`, in one command (see Store.purge). */
+  purge(prefix: string): Promise<number> {
+    try {
+      checkPurgePrefix(prefix);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+    return this.propose({ op: 'purge', prefix }) as Promise<number>;
   }
 
   appendFenced(token: FencingToken, stream: string, payload: string, options?: AppendFencedOptions): Promise<number> {

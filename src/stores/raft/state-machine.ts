@@ -283,6 +283,29 @@ export class RaftStateMachine {
       }
       case 'tick':
         return null;
+      case 'purge': {
+        // A tool's clean-up (Store.purge): a purged name starts again at term 1. Never on names in use.
+        let purged = 0;
+        for (const [name, row] of [...this.leases]) {
+          if (!name.startsWith(op.prefix)) continue;
+          this.leases.delete(name);
+          purged++;
+          if (isLive(row, now)) events.push({ kind: 'lease', change: 'released', name, lease: null });
+        }
+        for (const name of [...this.fences.keys()]) {
+          if (!name.startsWith(op.prefix)) continue;
+          this.fences.delete(name);
+          purged++;
+        }
+        for (const [stream, entries] of [...this.streams]) {
+          if (!stream.startsWith(op.prefix)) continue;
+          this.streams.delete(stream);
+          this.entryCount -= entries.length;
+          for (const e of entries) this.payloadChars -= e.payload.length;
+          purged += entries.length;
+        }
+        return purged;
+      }
       case 'takeover': {
         // etcd's lessor refreshes every lease when a leader is promoted; here a live lease is given
         // at least its full TTL from the takeover, so no holder's lease ends sooner than it would

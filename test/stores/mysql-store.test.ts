@@ -72,6 +72,32 @@ sqlStoreSuite<MysqlStore, mysql.Pool>({
 const _poolFits = (p: mysql.Pool): MysqlPool => p;
 void _poolFits;
 
+/** A pool over `pool` that reports every statement the store sends, with the number of the connection it went on. */
+function recordingPool(pool: mysql.Pool, record: (conn: number, sql: string) => void): MysqlPool {
+  let conns = 0;
+  const recording = {
+    getConnection: async () => {
+      const c = await pool.getConnection();
+      const conn = ++conns;
+      return new Proxy(c, {
+        get(t, prop) {
+          const v: unknown = Reflect.get(t, prop, t);
+          if (typeof v !== 'function') return v;
+          if (prop === 'execute' || prop === 'query') {
+            return (sql: string | { sql: string }, ...rest: unknown[]) => {
+              record(conn, typeof sql === 'string' ? sql : sql.sql);
+              return (v as (...a: unknown[]) => unknown).call(t, sql, ...rest);
+            };
+          }
+          return (v as (...a: unknown[]) => unknown).bind(t);
+        },
+      });
+    },
+    end: async () => {},
+  };
+  return recording as unknown as MysqlPool;
+}
+
 describe('mysql store: on the shared server', () => {
   let db: TestDatabase;
   let pool: mysql.Pool;
@@ -219,26 +245,7 @@ describe('mysql store: on the shared server', () => {
   it('appends at the head it remembers, reading only the fence, and falls back when another writer moved the head or the fence', async () => {
     // Every statement the store sends, through a pool of the user's that records them.
     const sent: string[] = [];
-    const recording = {
-      getConnection: async () => {
-        const c = await pool.getConnection();
-        return new Proxy(c, {
-          get(t, prop) {
-            const v: unknown = Reflect.get(t, prop, t);
-            if (typeof v !== 'function') return v;
-            if (prop === 'execute' || prop === 'query') {
-              return (sql: string | { sql: string }, ...rest: unknown[]) => {
-                sent.push(typeof sql === 'string' ? sql : sql.sql);
-                return (v as (...a: unknown[]) => unknown).call(t, sql, ...rest);
-              };
-            }
-            return (v as (...a: unknown[]) => unknown).bind(t);
-          },
-        });
-      },
-      end: async () => {},
-    };
-    const a = open({ pool: recording as unknown as MysqlPool, tablePrefix: 'heads_' });
+    const a = open({ pool: recordingPool(pool, (_conn, sql) => sent.push(sql)), tablePrefix: 'heads_' });
     const b = open({ pool, tablePrefix: 'heads_' }); // another writer on the same tables
     const held = await a.acquire('w', 'a~1', 30_000);
     if (!held.acquired) throw new Error('not acquired');
@@ -285,29 +292,8 @@ describe('mysql store: on the shared server', () => {
     // a follower apply an append that a kill -9 of the server then lost. The barrier is a write
     // committed on the reading connection after the read, so the log is flushed past the read.
     const sent: { conn: number; sql: string }[] = [];
-    let conns = 0;
-    const recording = {
-      getConnection: async () => {
-        const c = await pool.getConnection();
-        const conn = ++conns;
-        return new Proxy(c, {
-          get(t, prop) {
-            const v: unknown = Reflect.get(t, prop, t);
-            if (typeof v !== 'function') return v;
-            if (prop === 'execute' || prop === 'query') {
-              return (sql: string | { sql: string }, ...rest: unknown[]) => {
-                sent.push({ conn, sql: typeof sql === 'string' ? sql : sql.sql });
-                return (v as (...a: unknown[]) => unknown).call(t, sql, ...rest);
-              };
-            }
-            return (v as (...a: unknown[]) => unknown).bind(t);
-          },
-        });
-      },
-      end: async () => {},
-    };
     const writer = open({ pool, tablePrefix: 'durable_' });
-    const reader = open({ pool: recording as unknown as MysqlPool, tablePrefix: 'durable_' });
+    const reader = open({ pool: recordingPool(pool, (conn, sql) => sent.push({ conn, sql })), tablePrefix: 'durable_' });
     const barrier = async (): Promise<string | null> => {
       const [rows] = await pool.query("SELECT value FROM durable_schema WHERE `key` = 'durability-barrier'");
       return (rows as { value: string }[])[0]?.value ?? null;

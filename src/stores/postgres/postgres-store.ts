@@ -635,8 +635,9 @@ export class PostgresStore implements Store {
   /**
    * Tell listeners iff `state` is newer than what they were last told. A free lease after a free
    * lease of an older term is told too: someone held it in between, which a watcher may have
-   * learnt by its own acquire (a candidate that lost to it waits for the release). A newer state that a release handed over (`handed`: the reservation's ticket) is remembered
-   * first, for the claim its new holder's acquire makes when told.
+   * learnt by its own acquire (a candidate that lost to it waits for the release). A newer state
+   * that a release handed over (`handed`: the reservation's ticket) is remembered first, for the
+   * claim its new holder's acquire makes when told.
    */
   private advance(name: string, w: Watched, state: WatchState, lease: Lease | null, handed?: string): void {
     const last = w.last;

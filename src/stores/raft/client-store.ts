@@ -17,7 +17,6 @@ import { randomBytes } from 'node:crypto';
 import {
   ClosedError,
   InvalidArgumentError,
-  checkPurgePrefix,
   StaleTermError,
   StoreUnavailableError,
   checkAppendOptions,
@@ -408,11 +407,6 @@ export class RaftClientStore implements Store, AsyncDisposable {
 
   /** Delete every lease, fence and stream whose name starts with `prefix`, in one command (see Store.purge). */
   purge(prefix: string): Promise<number> {
-    try {
-      checkPurgePrefix(prefix);
-    } catch (err) {
-      return Promise.reject(err as Error);
-    }
     return this.write({ op: 'purge', prefix }) as Promise<number>;
   }
 

@@ -23,6 +23,7 @@
  *
  *   npm run bench -- follow        (--cycles N latency samples per store, default 20; at least 50 are taken)
  *   FOLLOW_LATENCY_ONLY=1 npm run bench -- follow     (latency and lag only, no catch-up runs)
+ *   FOLLOW_TARGETS=postgres,redis npm run bench -- follow   (only those stores)
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -392,6 +393,15 @@ const DESCRIPTION =
   `with its poll every ${POLL_MS} ms kept as the fallback; MySQL has no push), its lag in ms on the store's clock, ` +
   `and one follower catching up ${CATCHUP_ENTRIES.toLocaleString('en')} entries in batches of ${CATCHUP_BATCH} against the same inserts without replication.`;
 
+/** The targets FOLLOW_TARGETS names (comma-separated), or all of them. */
+function chosen(): readonly Target[] {
+  const names = (process.env.FOLLOW_TARGETS ?? '').split(',').filter((n) => n !== '');
+  if (names.length === 0) return TARGETS;
+  const unknown = names.filter((n) => !TARGETS.some((t) => t.name === n));
+  if (unknown.length > 0) throw new Error(`FOLLOW_TARGETS: unknown ${unknown.join(', ')} (known: ${TARGETS.map((t) => t.name).join(', ')})`);
+  return TARGETS.filter((t) => names.includes(t.name));
+}
+
 export function followBenchmark(): Benchmark {
   return {
     name: 'follow',
@@ -405,7 +415,7 @@ export function followBenchmark(): Benchmark {
         "Latency is measured by the leader (one process, one monotonic clock); the follower's own lag in ms (store clock) is checked against it in lag-* metrics.",
         'In the catch-up runs the projection tables are not emptied between modes: each mode uses its own follower name (its own offset) and appends 100,000 more rows.',
       ];
-      for (const target of TARGETS) {
+      for (const target of chosen()) {
         const floor: number[] = [];
         const lat = await measureLatency(target, samples, log, target.name === 'postgres' ? floor : undefined);
         metrics.push(metric(`latency-${target.name}`, `${target.name}: append sent -> follower committed, ms`, lat, target.goal));
@@ -421,7 +431,7 @@ export function followBenchmark(): Benchmark {
           metrics.push(metric(`lag-${target.name}`, `${target.name}: follower's lag in ms (store clock) minus the leader's monotonic measure, ${LAG_WAIT_MS} ms after the append`, lagError));
         }
       }
-      for (const target of TARGETS.filter((t) => t.catchup && process.env.FOLLOW_LATENCY_ONLY !== '1')) {
+      for (const target of chosen().filter((t) => t.catchup && process.env.FOLLOW_LATENCY_ONLY !== '1')) {
         const c = await measureCatchup(target, log);
         metrics.push(metric(`catchup-${target.name}`, `${target.name}: entries/s applied catching up (applyBatch, multi-row INSERT per batch)`, c.batched, CATCHUP_GOAL, 'ops/s'));
         metrics.push(metric(`catchup-${target.name}-per-entry`, `${target.name}: entries/s applied catching up (apply, one INSERT per entry)`, [c.perEntry], undefined, 'ops/s'));
@@ -431,7 +441,7 @@ export function followBenchmark(): Benchmark {
       return {
         name: 'follow',
         description: DESCRIPTION,
-        target: TARGETS.map((t) => t.name).join(','),
+        target: chosen().map((t) => t.name).join(','),
         params: { pollMs: POLL_MS, latencySamples: samples, catchupEntries: CATCHUP_ENTRIES, catchupBatch: CATCHUP_BATCH },
         metrics,
         notes,

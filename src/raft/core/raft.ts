@@ -556,8 +556,14 @@ export class Raft {
         // higher term from a removed node's vote request and then ignored every append, and the
         // leader, needing it for its quorum, waited forever (simulator seed 900057585).
         this.send(message({ type: 'appResp', to: m.from }));
-      } else if (m.type === 'preVote') {
-        this.send(message({ type: 'preVoteResp', to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
+      } else if (m.type === 'preVote' || m.type === 'vote') {
+        // Refused with this node's term, so the candidate catches up (Raft paper, Figure 2: the
+        // reply carries currentTerm "for candidate to update itself"). etcd ignores a stale vote
+        // request; then a candidate behind in term can stay behind for good when the nodes ahead
+        // never write to it: a voter whose log is too short to learn the conf change that added
+        // the candidate campaigns at ever higher terms to its old members only, and refuses the
+        // one candidate that can win, whose term never catches up (simulator seed 1641233311).
+        this.send(message({ type: voteRespType(m.type), to: m.from, term: this.term, reject: true, ...this.commitHint(m) }));
       }
       return undefined;
     }

@@ -724,7 +724,10 @@ export class Simulation {
     const progressed = this.history.some((o) => o.op.kind !== 'read' && o.ret !== undefined && o.ret > this.calmStartClock);
     if (!progressed) {
       this.stats.stalled++;
-      throw new SafetyViolation('no-progress', `no write completed in the ${this.calmTicks} calm ticks after healing`, []);
+      const err = new SafetyViolation('no-progress', `no write completed in the ${this.calmTicks} calm ticks after healing`, []);
+      // What each node believes at the end: a stall is read off these (who can campaign, whose log wins).
+      (err as SafetyViolation & { details?: string[] }).details = ['nodes at the end:', ...this.nodes.map((n) => `  ${describeNode(n)}`)];
+      throw err;
     }
   }
 
@@ -855,6 +858,14 @@ export class Simulation {
     ];
     return { kind, message, report: lines.join('\n') };
   }
+}
+
+function describeNode(n: SimNode): string {
+  if (n.core === undefined) return `n${n.id} down`;
+  const st = n.core.status();
+  const c = st.config;
+  const conf = `voters ${c.voters.join(',')}${c.votersOutgoing.length > 0 ? ` & ${c.votersOutgoing.join(',')}` : ''}${c.learners.length > 0 ? ` learners ${c.learners.join(',')}` : ''}`;
+  return `n${n.id} ${st.role} term ${st.term} vote ${st.vote === NONE ? '-' : st.vote} lead ${st.lead === NONE ? '-' : st.lead} commit ${st.commit} last ${n.storage.lastIndex()} ${conf}`;
 }
 
 function fmtMsg(m: Message): string {

@@ -10,7 +10,7 @@ import { InvalidArgumentError } from '../../src/core/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
 import { fencedUpdate, postgresDialect } from '../../src/fencing/index.js';
-import { SCHEMA_VERSION } from '../../src/stores/postgres/sql.js';
+import { SCHEMA_VERSION, buildSql } from '../../src/stores/postgres/sql.js';
 import type { PgPool } from '../../src/stores/postgres/index.js';
 import { PgInstance, pgBinariesAvailable } from './pg-instance.js';
 import { createPostgresDatabase } from './sql-servers.js';
@@ -98,6 +98,32 @@ describe('postgres store: on the shared server', () => {
     } finally {
       await one.end();
     }
+  });
+
+  it('reads a page of a stream by touching at most that many rows, whatever plan the statistics of a table that just grew lead to', async () => {
+    const store = open({ tablePrefix: 'page_' });
+    const { lease } = await store.acquire('g', 'a~1', 60_000);
+    await store.appendFenced({ lease: 'g', term: lease.term }, 's', 'entry 1');
+    // 50,000 more entries straight into the table (no autoanalyze has run: the planner guesses).
+    await pool.query(
+      `INSERT INTO page_streams (stream, seq, lease, term, payload) SELECT 's', g, 'g', $1, 'entry ' || g FROM generate_series(2, 50000) AS g`,
+      [lease.term],
+    );
+    await pool.query(`UPDATE page_stream_heads SET last_seq = 50000 WHERE stream = 's'`);
+    const text = buildSql('page_').readStream;
+    for (const after of [0, 25_000]) {
+      const r = await pool.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${text}`, ['s', after, 100]);
+      const rows: number[] = [];
+      const walk = (node: Record<string, unknown>): void => {
+        rows.push(Number(node['Actual Rows']));
+        for (const child of (node.Plans as Record<string, unknown>[] | undefined) ?? []) walk(child);
+      };
+      walk((r.rows[0]['QUERY PLAN'] as { Plan: Record<string, unknown> }[])[0]!.Plan);
+      expect(Math.max(...rows), `rows per plan node after ${after}: ${rows.join(', ')}`).toBeLessThanOrEqual(100);
+    }
+    const page = await store.readStream('s', { after: 25_000, limit: 100 });
+    expect(page.map((e) => e.seq)).toEqual(Array.from({ length: 100 }, (_, i) => 25_001 + i));
+    expect(await store.readStream('s', { after: 49_990, limit: 100 })).toHaveLength(10);
   });
 
   it('migrates a version 1 schema (name-only NOTIFY) in place, and pushes the state in the payload', async () => {

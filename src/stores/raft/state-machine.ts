@@ -75,8 +75,17 @@ interface KeptResult {
 }
 
 export const SNAPSHOT_MAGIC = 0x4d53_4e54; // "TNSM" little-endian
-export const SNAPSHOT_VERSION = 1;
+/**
+ * The format written. 2: the body is lines of JSON, one per lease, fence, stream, entry and
+ * session, so no single string holds the whole state (V8 caps a string at 512 MiB: a state of
+ * 1 GiB could not be snapshotted in format 1, one JSON text). Format 1 is still read.
+ */
+export const SNAPSHOT_VERSION = 2;
 const SNAPSHOT_HEADER_BYTES = 4 + 1 + 4 + 4;
+/** The first line of a format 2 body. */
+const STATE_TAG = 'tenure-state';
+/** Lines are joined into chunks of about this many UTF-16 units before encoding. */
+const CHUNK_CHARS = 1 << 20;
 
 /** Counts of what the state machine holds, for metrics and for the memory note in docs/raft-store.md. */
 export interface StateMachineStats {
@@ -338,27 +347,56 @@ export class RaftStateMachine {
 
   /**
    * The whole state as bytes: a 13-byte header (magic "TNSM", version, CRC32C of the body, body
-   * length) and a JSON body. Deterministic: two machines that applied the same entries give
-   * byte-equal snapshots.
+   * length) and a body of UTF-8 lines, each one JSON array ending in a newline (JSON escapes every
+   * newline inside a string, so a newline byte only ends a line):
+   *
+   *     ["tenure-state", applied, time, maxSessions, maxResultsPerSession, leases, fences, streams, sessions]
+   *     [name, owner, term, expiresAtMs, ttlMs, meta]          one per lease
+   *     [name, term]                                          one per fence
+   *     [name, entries]  then  [lease, term, payload, appendedAt] per entry, for each stream
+   *     [client, floor, [[seq, atMs, result], ...]]            one per session
+   *
+   * Deterministic: two machines that applied the same entries give byte-equal snapshots.
    */
   snapshot(): Uint8Array {
-    const body = {
-      applied: this.applied,
-      time: this.time,
-      bounds: [this.maxSessions, this.maxResultsPerSession],
-      leases: [...this.leases.values()].map((r) => [r.name, r.owner, r.term, r.expiresAtMs, r.ttlMs, r.meta]),
-      fences: [...this.fences],
-      streams: [...this.streams].map(([name, entries]) => [name, entries.map((e) => [e.lease, e.term, e.payload, e.appendedAt])]),
-      sessions: [...this.sessions].map(([client, s]) => [client, s.floor, [...s.results].map(([seq, k]) => [seq, k.atMs, k.result])]),
+    const chunks: Buffer[] = [];
+    let lines: string[] = [];
+    let chars = 0;
+    const line = (item: unknown): void => {
+      const text = JSON.stringify(item);
+      lines.push(text);
+      chars += text.length + 1;
+      if (chars >= CHUNK_CHARS) flush();
     };
-    const json = Buffer.from(JSON.stringify(body), 'utf8');
-    const out = new Uint8Array(SNAPSHOT_HEADER_BYTES + json.length);
+    const flush = (): void => {
+      if (lines.length === 0) return;
+      chunks.push(Buffer.from(`${lines.join('\n')}\n`, 'utf8'));
+      lines = [];
+      chars = 0;
+    };
+    line([STATE_TAG, this.applied, this.time, this.maxSessions, this.maxResultsPerSession, this.leases.size, this.fences.size, this.streams.size, this.sessions.size]);
+    for (const r of this.leases.values()) line([r.name, r.owner, r.term, r.expiresAtMs, r.ttlMs, r.meta]);
+    for (const f of this.fences) line(f);
+    for (const [name, entries] of this.streams) {
+      line([name, entries.length]);
+      for (const e of entries) line([e.lease, e.term, e.payload, e.appendedAt]);
+    }
+    for (const [client, st] of this.sessions) line([client, st.floor, [...st.results].map(([seq, k]) => [seq, k.atMs, k.result])]);
+    flush();
+    let length = 0;
+    for (const c of chunks) length += c.length;
+    if (length > 0xffff_ffff) throw new StoreDataError(`raft store snapshot: the state is ${length} bytes, over the format's 4 GiB`);
+    const out = new Uint8Array(SNAPSHOT_HEADER_BYTES + length);
+    let at = SNAPSHOT_HEADER_BYTES;
+    for (const c of chunks) {
+      out.set(c, at);
+      at += c.length;
+    }
     const view = new DataView(out.buffer);
     view.setUint32(0, SNAPSHOT_MAGIC, true);
     out[4] = SNAPSHOT_VERSION;
-    view.setUint32(5, crc32c(json), true);
-    view.setUint32(9, json.length, true);
-    out.set(json, SNAPSHOT_HEADER_BYTES);
+    view.setUint32(5, crc32c(out.subarray(SNAPSHOT_HEADER_BYTES)), true);
+    view.setUint32(9, length, true);
     return out;
   }
 
@@ -372,21 +410,17 @@ export class RaftStateMachine {
     if (bytes.length < SNAPSHOT_HEADER_BYTES) throw bad(`${bytes.length} bytes, shorter than the ${SNAPSHOT_HEADER_BYTES}-byte header`);
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     if (view.getUint32(0, true) !== SNAPSHOT_MAGIC) throw bad('not a Raft store snapshot (bad magic)');
-    if (bytes[4] !== SNAPSHOT_VERSION) throw bad(`version ${bytes[4]} is not understood (this node reads ${SNAPSHOT_VERSION})`);
+    const version = bytes[4]!;
+    if (version !== 1 && version !== 2) throw bad(`version ${version} is not understood (this node reads 1 and 2)`);
     const length = view.getUint32(9, true);
     if (length !== bytes.length - SNAPSHOT_HEADER_BYTES) throw bad(`header says ${length} bytes of body, ${bytes.length - SNAPSHOT_HEADER_BYTES} follow`);
     const body = bytes.subarray(SNAPSHOT_HEADER_BYTES);
     const crc = crc32c(body);
     if (crc !== view.getUint32(5, true)) throw bad(`checksum mismatch (stored ${view.getUint32(5, true)}, computed ${crc})`);
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
-    } catch (err) {
-      throw bad(`body is not UTF-8 JSON (${(err as Error).message.slice(0, 80)})`);
-    }
     const sm = new RaftStateMachine();
     try {
-      sm.load(parsed);
+      if (version === 1) sm.loadJson(parseJson(body, 'body'));
+      else sm.loadLines(body);
     } catch (err) {
       if (err instanceof StoreDataError) throw err;
       throw bad(`invalid content (${(err as Error).message.slice(0, 200)})`);
@@ -394,75 +428,133 @@ export class RaftStateMachine {
     return sm;
   }
 
-  /** Fills a fresh machine from a parsed snapshot body; throws on anything malformed. */
-  private load(parsed: unknown): void {
-    const fail = (what: string): never => {
-      throw new StoreDataError(`raft store snapshot: ${what}`);
-    };
-    const count = (v: unknown, what: string): number => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : fail(`${what} is not an integer >= 0`));
-    const text = (v: unknown, what: string): string => (typeof v === 'string' ? v : fail(`${what} is not a string`));
-    const list = (v: unknown, what: string): unknown[] => (Array.isArray(v) ? v : fail(`${what} is not an array`));
+  /** Fills a fresh machine from a format 1 body (one JSON object); throws on anything malformed. */
+  private loadJson(parsed: unknown): void {
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) fail('body is not an object');
     const b = parsed as Record<string, unknown>;
     this.applied = count(b.applied, 'applied');
     this.time = count(b.time, 'time');
     const [maxSessions, maxResults] = list(b.bounds, 'bounds');
-    this.maxSessions = count(maxSessions, 'maxSessions') || fail('maxSessions is 0');
-    this.maxResultsPerSession = count(maxResults, 'maxResultsPerSession') || fail('maxResultsPerSession is 0');
-    for (const item of list(b.leases, 'leases')) {
-      const [name, owner, term, expiresAtMs, ttlMs, meta] = list(item, 'a lease');
-      const row: LeaseRow = {
-        name: text(name, 'a lease name'),
-        owner: owner === null ? null : text(owner, `the owner of ${String(name)}`),
-        term: count(term, `the term of ${String(name)}`),
-        expiresAtMs: count(expiresAtMs, `the expiry of ${String(name)}`),
-        ttlMs: count(ttlMs, `the TTL of ${String(name)}`),
-        meta: typeof meta === 'object' && meta !== null && !Array.isArray(meta) ? (meta as LeaseMeta) : fail(`the meta of ${String(name)} is not an object`),
-      };
-      if (this.leases.has(row.name)) fail(`lease ${row.name} appears twice`);
-      this.leases.set(row.name, row);
-    }
-    for (const item of list(b.fences, 'fences')) {
-      const [name, term] = list(item, 'a fence');
-      const key = text(name, 'a fence name');
-      if (this.fences.has(key)) fail(`fence ${key} appears twice`);
-      this.fences.set(key, count(term, `the fence of ${key}`));
-    }
+    this.setBounds(maxSessions, maxResults);
+    for (const item of list(b.leases, 'leases')) this.loadLease(item);
+    for (const item of list(b.fences, 'fences')) this.loadFence(item);
     for (const item of list(b.streams, 'streams')) {
       const [name, entries] = list(item, 'a stream');
-      const stream = text(name, 'a stream name');
-      if (this.streams.has(stream)) fail(`stream ${stream} appears twice`);
-      const out: StreamEntry[] = list(entries, `the entries of ${stream}`).map((e, i) => {
-        const [lease, term, payload, at] = list(e, `entry ${i + 1} of ${stream}`);
-        const p = text(payload, `the payload of entry ${i + 1} of ${stream}`);
-        this.payloadChars += p.length;
-        return {
-          stream,
-          seq: i + 1,
-          lease: text(lease, `the lease of entry ${i + 1} of ${stream}`),
-          term: count(term, `the term of entry ${i + 1} of ${stream}`),
-          payload: p,
-          appendedAt: count(at, `the append time of entry ${i + 1} of ${stream}`),
-        };
-      });
-      this.entryCount += out.length;
-      this.streams.set(stream, out);
+      const stream = this.openStream(name);
+      list(entries, `the entries of ${stream}`).forEach((e, i) => this.loadEntry(stream, i + 1, e));
     }
-    for (const item of list(b.sessions, 'sessions')) {
-      const [client, floor, results] = list(item, 'a session');
-      const key = text(client, 'a session client');
-      if (this.sessions.has(key)) fail(`session ${key} appears twice`);
-      const map = new Map<number, KeptResult>();
-      for (const r of list(results, `the results of ${key}`)) {
-        const [seq, atMs, result] = list(r, `a result of ${key}`);
-        if (typeof result !== 'object' || result === null || typeof (result as { ok?: unknown }).ok !== 'boolean') fail(`a result of ${key} is not a result`);
-        map.set(count(seq, `a seq of ${key}`), { atMs: count(atMs, `the time of a result of ${key}`), result: result as CommandResult });
-      }
-      this.sessions.set(key, { floor: count(floor, `the floor of ${key}`), results: map });
+    for (const item of list(b.sessions, 'sessions')) this.loadSession(item);
+  }
+
+  /** Fills a fresh machine from a format 2 body (lines, see snapshot()); throws on anything malformed. */
+  private loadLines(body: Uint8Array): void {
+    let at = 0;
+    let n = 0;
+    const next = (what: string): unknown => {
+      if (at >= body.length) fail(`the body ends before ${what}`);
+      const end = body.indexOf(0x0a, at);
+      if (end < 0) fail(`line ${n + 1} has no newline`);
+      const value = parseJson(body.subarray(at, end), `line ${n + 1}`);
+      at = end + 1;
+      n++;
+      return value;
+    };
+    const [tag, applied, time, maxSessions, maxResults, leases, fences, streams, sessions] = list(next('the state line'), 'the state line');
+    if (tag !== STATE_TAG) fail('the first line is not the state line');
+    this.applied = count(applied, 'applied');
+    this.time = count(time, 'time');
+    this.setBounds(maxSessions, maxResults);
+    for (let i = count(leases, 'the lease count'); i > 0; i--) this.loadLease(next('a lease'));
+    for (let i = count(fences, 'the fence count'); i > 0; i--) this.loadFence(next('a fence'));
+    for (let i = count(streams, 'the stream count'); i > 0; i--) {
+      const [name, entries] = list(next('a stream'), 'a stream');
+      const stream = this.openStream(name);
+      const total = count(entries, `the entry count of ${stream}`);
+      for (let seq = 1; seq <= total; seq++) this.loadEntry(stream, seq, next(`entry ${seq} of ${stream}`));
     }
+    for (let i = count(sessions, 'the session count'); i > 0; i--) this.loadSession(next('a session'));
+    if (at !== body.length) fail(`${body.length - at} bytes follow the last session`);
+  }
+
+  private setBounds(maxSessions: unknown, maxResults: unknown): void {
+    this.maxSessions = count(maxSessions, 'maxSessions') || fail('maxSessions is 0');
+    this.maxResultsPerSession = count(maxResults, 'maxResultsPerSession') || fail('maxResultsPerSession is 0');
+  }
+
+  private loadLease(item: unknown): void {
+    const [name, owner, term, expiresAtMs, ttlMs, meta] = list(item, 'a lease');
+    const row: LeaseRow = {
+      name: text(name, 'a lease name'),
+      owner: owner === null ? null : text(owner, `the owner of ${String(name)}`),
+      term: count(term, `the term of ${String(name)}`),
+      expiresAtMs: count(expiresAtMs, `the expiry of ${String(name)}`),
+      ttlMs: count(ttlMs, `the TTL of ${String(name)}`),
+      meta: typeof meta === 'object' && meta !== null && !Array.isArray(meta) ? (meta as LeaseMeta) : fail(`the meta of ${String(name)} is not an object`),
+    };
+    if (this.leases.has(row.name)) fail(`lease ${row.name} appears twice`);
+    this.leases.set(row.name, row);
+  }
+
+  private loadFence(item: unknown): void {
+    const [name, term] = list(item, 'a fence');
+    const key = text(name, 'a fence name');
+    if (this.fences.has(key)) fail(`fence ${key} appears twice`);
+    this.fences.set(key, count(term, `the fence of ${key}`));
+  }
+
+  /** A new, empty stream `name` (its entries follow). */
+  private openStream(name: unknown): string {
+    const stream = text(name, 'a stream name');
+    if (this.streams.has(stream)) fail(`stream ${stream} appears twice`);
+    this.streams.set(stream, []);
+    return stream;
+  }
+
+  private loadEntry(stream: string, seq: number, item: unknown): void {
+    const [lease, term, payload, at] = list(item, `entry ${seq} of ${stream}`);
+    const p = text(payload, `the payload of entry ${seq} of ${stream}`);
+    this.streams.get(stream)!.push({
+      stream,
+      seq,
+      lease: text(lease, `the lease of entry ${seq} of ${stream}`),
+      term: count(term, `the term of entry ${seq} of ${stream}`),
+      payload: p,
+      appendedAt: count(at, `the append time of entry ${seq} of ${stream}`),
+    });
+    this.payloadChars += p.length;
+    this.entryCount++;
+  }
+
+  private loadSession(item: unknown): void {
+    const [client, floor, results] = list(item, 'a session');
+    const key = text(client, 'a session client');
+    if (this.sessions.has(key)) fail(`session ${key} appears twice`);
+    const map = new Map<number, KeptResult>();
+    for (const r of list(results, `the results of ${key}`)) {
+      const [seq, atMs, result] = list(r, `a result of ${key}`);
+      if (typeof result !== 'object' || result === null || typeof (result as { ok?: unknown }).ok !== 'boolean') fail(`a result of ${key} is not a result`);
+      map.set(count(seq, `a seq of ${key}`), { atMs: count(atMs, `the time of a result of ${key}`), result: result as CommandResult });
+    }
+    this.sessions.set(key, { floor: count(floor, `the floor of ${key}`), results: map });
   }
 }
 
+// ---- snapshot decoding helpers: each throws StoreDataError naming what is wrong ----
+
+const fail = (what: string): never => {
+  throw new StoreDataError(`raft store snapshot: ${what}`);
+};
+const count = (v: unknown, what: string): number => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : fail(`${what} is not an integer >= 0`));
+const text = (v: unknown, what: string): string => (typeof v === 'string' ? v : fail(`${what} is not a string`));
+const list = (v: unknown, what: string): unknown[] => (Array.isArray(v) ? v : fail(`${what} is not an array`));
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+function parseJson(bytes: Uint8Array, what: string): unknown {
+  try {
+    return JSON.parse(utf8.decode(bytes));
+  } catch (err) {
+    return fail(`${what} is not UTF-8 JSON (${(err as Error).message.slice(0, 80)})`);
+  }
+}
 
 /**
  * A kept answer given again `elapsedMs` of log time later: every lease in it has that much less

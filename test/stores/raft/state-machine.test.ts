@@ -426,25 +426,84 @@ describe('raft store state machine: determinism and snapshots', () => {
     for (let i = 13; i < bytes.length; i += Math.max(1, Math.floor(bytes.length / 200))) {
       refuse(Uint8Array.from(bytes, (b, k) => (k === i ? b ^ 0x10 : b)), /checksum mismatch/);
     }
-    // A body with a valid checksum but content that is not a state.
-    const forge = (body: unknown): Uint8Array => {
-      const json = Buffer.from(JSON.stringify(body));
-      const good = new RaftStateMachine().snapshot();
-      const out = new Uint8Array(13 + json.length);
-      out.set(good.subarray(0, 13));
-      out.set(json, 13);
-      const view = new DataView(out.buffer);
-      view.setUint32(9, json.length, true);
-      view.setUint32(5, crc32c(json), true);
-      return out;
-    };
-    refuse(forge([1]), /body is not an object/);
-    refuse(forge({ applied: -1, time: 0, bounds: [1, 1], leases: [], fences: [], streams: [], sessions: [] }), /applied is not an integer/);
-    refuse(forge({ applied: 1, time: 0, leases: [], fences: [], streams: [], sessions: [] }), /bounds is not an array/);
-    refuse(forge({ applied: 1, time: 0, bounds: [0, 5], leases: [], fences: [], streams: [], sessions: [] }), /maxSessions is 0/);
-    refuse(forge({ applied: 1, time: 0, bounds: [1, 1], leases: [['g', 'a', 'x', 0, 0, {}]], fences: [], streams: [], sessions: [] }), /the term of g/);
-    refuse(forge({ applied: 1, time: 0, bounds: [1, 1], leases: [], fences: [['g', 1], ['g', 2]], streams: [], sessions: [] }), /fence g appears twice/);
-    refuse(forge({ applied: 1, time: 0, bounds: [1, 1], leases: [], fences: [], streams: [['s', [['g', 1]]]], sessions: [] }), /payload of entry 1 of s/);
-    refuse(forge({ applied: 1, time: 0, bounds: [1, 1], leases: [], fences: [], streams: [], sessions: 'x' }), /sessions is not an array/);
+    // A body with a valid checksum but content that is not a state: format 1 (one JSON object)...
+    const v1 = (body: unknown): Uint8Array => forge(Buffer.from(JSON.stringify(body)), 1);
+    refuse(v1([1]), /body is not an object/);
+    refuse(v1({ applied: -1, time: 0, bounds: [1, 1], leases: [], fences: [], streams: [], sessions: [] }), /applied is not an integer/);
+    refuse(v1({ applied: 1, time: 0, leases: [], fences: [], streams: [], sessions: [] }), /bounds is not an array/);
+    refuse(v1({ applied: 1, time: 0, bounds: [0, 5], leases: [], fences: [], streams: [], sessions: [] }), /maxSessions is 0/);
+    refuse(v1({ applied: 1, time: 0, bounds: [1, 1], leases: [['g', 'a', 'x', 0, 0, {}]], fences: [], streams: [], sessions: [] }), /the term of g/);
+    refuse(v1({ applied: 1, time: 0, bounds: [1, 1], leases: [], fences: [['g', 1], ['g', 2]], streams: [], sessions: [] }), /fence g appears twice/);
+    refuse(v1({ applied: 1, time: 0, bounds: [1, 1], leases: [], fences: [], streams: [['s', [['g', 1]]]], sessions: [] }), /payload of entry 1 of s/);
+    refuse(v1({ applied: 1, time: 0, bounds: [1, 1], leases: [], fences: [], streams: [], sessions: 'x' }), /sessions is not an array/);
+    // ... and format 2 (lines).
+    const v2 = (...lines: unknown[]): Uint8Array => forge(Buffer.from(lines.map((l) => `${JSON.stringify(l)}\n`).join('')), 2);
+    const state = (leases: number, fences: number, streams: number, sessions: number): unknown[] => ['tenure-state', 1, 0, 1, 1, leases, fences, streams, sessions];
+    refuse(v2(['not-state', 1, 0, 1, 1, 0, 0, 0, 0]), /first line is not the state line/);
+    refuse(v2(state(1, 0, 0, 0)), /the body ends before a lease/);
+    refuse(v2(state(0, 2, 0, 0), ['g', 1], ['g', 2]), /fence g appears twice/);
+    refuse(v2(state(0, 0, 1, 0), ['s', 2], ['g', 1, 'x', 0]), /the body ends before entry 2 of s/);
+    refuse(v2(state(0, 0, 1, 0), ['s', 1], ['g', 1]), /payload of entry 1 of s/);
+    refuse(v2(state(0, 0, 0, 0), ['extra']), /bytes follow the last session/);
+    refuse(forge(Buffer.from(JSON.stringify(state(0, 0, 0, 0))), 2), /line 1 has no newline/);
+    refuse(forge(Buffer.concat([Buffer.from('["tenure-state",1,0,1,1,1,0,0,0]\n["'), Buffer.from([0xff, 0xfe]), Buffer.from('"]\n')]), 2), /line 2 is not UTF-8 JSON/);
   });
+
+  it('restores a format 1 snapshot (one JSON text, as older members wrote) to the same state', () => {
+    const sm = new RaftStateMachine();
+    randomLog(11, 3000).forEach((e, i) => sm.apply(i + 1, e));
+    const bytes = sm.snapshot();
+    expect(bytes[4]).toBe(2);
+    // The same state in format 1, made from the lines of format 2.
+    const lines = Buffer.from(bytes.subarray(13)).toString('utf8').split('\n').slice(0, -1).map((l) => JSON.parse(l) as unknown[]);
+    const [, applied, time, maxSessions, maxResults, leases, fences, streams] = lines[0] as number[];
+    let at = 1;
+    const take = (n: number): unknown[] => lines.slice(at, (at += n));
+    const body = {
+      applied,
+      time,
+      bounds: [maxSessions, maxResults],
+      leases: take(leases!),
+      fences: take(fences!),
+      streams: Array.from({ length: streams! }, () => {
+        const [name, n] = take(1)[0] as [string, number];
+        return [name, take(n)];
+      }),
+      sessions: lines.slice(at),
+    };
+    const restored = RaftStateMachine.restore(forge(Buffer.from(JSON.stringify(body)), 1));
+    expect(Buffer.from(restored.snapshot()).equals(Buffer.from(bytes))).toBe(true);
+    expect(restored.stats()).toEqual(sm.stats());
+    // Every section of the state was there to convert.
+    expect(sm.stats()).toMatchObject({ leases: expect.any(Number), streams: 3 });
+    expect(Math.min(sm.stats().leases, sm.stats().entries, sm.stats().sessions)).toBeGreaterThan(0);
+  });
+
+  it('snapshots and restores a state larger than one JavaScript string can hold (format 1 could not: one JSON text of it)', () => {
+    // 1,100 entries of 512 KiB (one string, shared): 550 MiB of payload, over V8's 512 MiB string limit.
+    const log = new Log();
+    log.value(1000, acquire('g', 'a~1', 60_000));
+    const payload = 'x'.repeat(512 * 1024);
+    for (let i = 0; i < 1100; i++) log.value(1000, append('g', 1, 'big', payload));
+    expect(() => JSON.stringify(Array.from({ length: 1100 }, () => payload))).toThrow(RangeError);
+    const bytes = log.sm.snapshot();
+    expect(bytes.length).toBeGreaterThan(1100 * 512 * 1024);
+    const restored = RaftStateMachine.restore(bytes);
+    expect(restored.stats()).toEqual(log.sm.stats());
+    const last = restored.readStream('big', { after: 1099, limit: 1 });
+    expect(last.map((e) => [e.seq, e.payload.length])).toEqual([[1100, 512 * 1024]]);
+  }, 120_000);
 });
+
+/** A snapshot of `body` in format `version`, with a valid header and checksum. */
+function forge(body: Buffer, version: number): Uint8Array {
+  const out = new Uint8Array(13 + body.length);
+  const view = new DataView(out.buffer);
+  view.setUint32(0, 0x4d53_4e54, true);
+  out[4] = version;
+  view.setUint32(5, crc32c(body), true);
+  view.setUint32(9, body.length, true);
+  out.set(body, 13);
+  return out;
+}
+

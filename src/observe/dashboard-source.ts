@@ -433,8 +433,9 @@ export class DashboardSource {
   private async readHead(g: GroupState, stream: string): Promise<void> {
     try {
       let head: number;
-      if (typeof this.store.readLast === 'function') head = (await this.timed('readLast', this.store.readLast(stream)))?.seq ?? 0;
-      else if (typeof this.store.streamHead === 'function') head = (await this.timed('streamHead', this.store.streamHead(stream))).seq;
+      // The head alone where the store has it (on MySQL readLast is also a durability write).
+      if (typeof this.store.streamHead === 'function') head = (await this.timed('streamHead', this.store.streamHead(stream))).seq;
+      else if (typeof this.store.readLast === 'function') head = (await this.timed('readLast', this.store.readLast(stream)))?.seq ?? 0;
       else return;
       if (g.streamName === stream && (g.streamHead === null || head > g.streamHead)) g.streamHead = head;
     } catch {

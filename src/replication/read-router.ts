@@ -344,11 +344,15 @@ export class ReadRouter {
    * still finds one.
    */
   private async sampleHead(stream: string, sentAt: number): Promise<void> {
-    const readLast = this.store.readLast;
-    if (typeof readLast !== 'function') return;
+    // The head alone (streamHead) where the store has it: on MySQL readLast also makes the entry
+    // durable (a write), which a head for a bound does not need (a head a crash then loses only
+    // makes the bound more cautious).
+    const { streamHead, readLast } = this.store;
     let head: number;
     try {
-      head = (await readLast.call(this.store, stream))?.seq ?? 0;
+      if (typeof streamHead === 'function') head = (await streamHead.call(this.store, stream)).seq;
+      else if (typeof readLast === 'function') head = (await readLast.call(this.store, stream))?.seq ?? 0;
+      else return;
     } catch {
       return;
     }

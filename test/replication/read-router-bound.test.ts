@@ -119,10 +119,10 @@ describe('ReadRouter staleness bound', () => {
     const w = world();
     await w.append(3);
     await w.advert('f1', 3);
-    // A store that cannot read a stream's head (a user's own Store without readLast).
+    // A store that cannot read a stream's head (a user's own Store without readLast or streamHead).
     const noHead = new Proxy(w.store, {
       get(target, prop) {
-        if (prop === 'readLast') return undefined;
+        if (prop === 'readLast' || prop === 'streamHead') return undefined;
         const v: unknown = Reflect.get(target, prop, target);
         return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
       },

@@ -323,6 +323,20 @@ describe('mysql store: on the shared server', () => {
     expect(flipped).not.toBe(before);
     await reader.readStream('log', { after: 0, limit: 10 });
     expect(await barrier()).not.toBe(flipped); // each read with entries commits a change
+
+    // readLast (a state cell's value) the same: after the read, on its connection; none for an empty stream.
+    const last = await barrier();
+    sent.length = 0;
+    expect(await reader.readLast('empty')).toBeNull();
+    expect(sent.some((q) => q.sql.includes('durability-barrier'))).toBe(false);
+    sent.length = 0;
+    expect((await reader.readLast('log'))?.payload).toBe('one');
+    const lastRead = sent.findIndex((q) => q.sql.includes('SELECT') && q.sql.includes('durable_streams'));
+    const lastFlushed = sent.findIndex((q) => q.sql.includes('durability-barrier'));
+    expect(lastRead).toBeGreaterThanOrEqual(0);
+    expect(lastFlushed).toBeGreaterThan(lastRead);
+    expect(sent[lastFlushed]!.conn).toBe(sent[lastRead]!.conn);
+    expect(await barrier()).not.toBe(last);
   });
 });
 

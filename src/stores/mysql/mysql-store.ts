@@ -500,12 +500,19 @@ export class MysqlStore implements Store {
     });
   }
 
-  /** The stream's last entry: the primary key read backwards, one index probe. */
+  /**
+   * The stream's last entry: the primary key read backwards, one index probe. Like readStream, an
+   * entry is returned only after the durability barrier on the same connection (a state cell's
+   * value is its stream's last entry: a reader must not act on one a server crash then loses).
+   */
   async readLast(stream: string): Promise<StreamEntry | null> {
     checkName('stream', stream);
     return this.run('readLast', async (c) => {
       const row = (await select(c, this.sql.readLast, [stream]))[0];
-      return row ? decodeStreamEntry('mysql', stream, { seq: row.seq, lease: text(row.lease), term: row.term, payload: text(row.payload), appendedAt: row.appended_at }) : null;
+      if (!row) return null;
+      const entry = decodeStreamEntry('mysql', stream, { seq: row.seq, lease: text(row.lease), term: row.term, payload: text(row.payload), appendedAt: row.appended_at });
+      await c.query(this.sql.durabilityBarrier);
+      return entry;
     });
   }
 

@@ -577,7 +577,7 @@ export function raftRestartBenchmark(): Benchmark {
         target: 'raft',
         params: { sizesMiB: sizes.join(','), restarts, entryBytes: RESTART_ENTRY_BYTES },
         metrics,
-        notes: ['the state is the log (every append kept), so a snapshot is as large as the log; one snapshot is one JSON text, which V8 caps at 512 MiB'],
+        notes: ['the state is the log (every append kept), so a snapshot is as large as the log; 1 GiB: TENURE_BENCH_RESTART_MIB=1024 with NODE_OPTIONS=--max-old-space-size=8192 (docs/raft-store.md)'],
         durationMs: performance.now() - started,
       };
     },

@@ -297,11 +297,6 @@ export class ZookeeperStore implements Store {
     return { owner: text === '' ? 'zookeeper:foreign' : `zookeeper:${text.slice(0, 100)}`, term, ttlMs: 0, meta: {} };
   }
 
-  /**
-   * The term counter: `N` while term N's holder has it or lost it without letting go (its session
-   * expired, its node was removed by hand), `N released` once it let go (release, or its own
-   * deadline passed here).
-   */
   /** Whether `path` (a candidate node in `dir`) is the first candidate listed: one getChildren. */
   private async leadsListing(session: ZkSession, dir: string, path: string): Promise<boolean> {
     try {
@@ -313,6 +308,11 @@ export class ZookeeperStore implements Store {
     }
   }
 
+  /**
+   * The term counter: `N` while term N's holder has it or lost it without letting go (its session
+   * expired, its node was removed by hand), `N released` once it let go (release, or its own
+   * deadline passed here).
+   */
   private async readTerm(session: ZkSession, name: string): Promise<{ term: number; version: number; released: boolean }> {
     try {
       const { data, stat } = await session.getData(this.layout.term(name));

@@ -54,6 +54,7 @@ describe('tenure_fenced_rejections_total counts every stale refusal', () => {
     // fencedUpdate on PostgreSQL: a row written by term 2 refuses term 1.
     const pgDb = await createPostgresDatabase();
     const pgPool = new pg.Pool({ connectionString: pgDb.url });
+    pgPool.on('error', () => {}); // its idle clients are cut when the database is dropped
     const pgStore = new PostgresStore({ pool: pgPool });
     const mysqlDb = await createMysqlDatabase();
     const myPool = mysql.createPool({ uri: mysqlDb.url });

@@ -217,7 +217,11 @@ export class RaftClientStore implements Store, AsyncDisposable {
     if (w === undefined) return;
     if (w.kind === 'lease' && 'lease' in p) {
       w.entry.pushes++;
-      w.entry.told = leaseKey(p.lease);
+      // The holder watchers were last told, again (an acquire of its own live lease, e.g. a command
+      // retried after a lost answer under load): no news, as the other stores tell it.
+      const key = leaseKey(p.lease);
+      if (key !== null && key === w.entry.told) return;
+      w.entry.told = key;
       for (const l of [...w.entry.listeners]) queueMicrotask(() => l(p.lease));
     } else if (w.kind === 'stream' && 'head' in p) {
       if (p.head <= w.entry.head) return;

@@ -217,8 +217,9 @@ export class RaftClientStore implements Store, AsyncDisposable {
     if (w === undefined) return;
     if (w.kind === 'lease' && 'lease' in p) {
       w.entry.pushes++;
-      // The holder watchers were last told, again (an acquire of its own live lease, e.g. a command
-      // retried after a lost answer under load): no news, as the other stores tell it.
+      // The holder watchers were last told, again: after the client moved to another member (its
+      // connection to the last one lost or slow), that member can apply, after the watch is
+      // subscribed, a change the last one had already pushed. No news, as the other stores tell it.
       const key = leaseKey(p.lease);
       if (key !== null && key === w.entry.told) return;
       w.entry.told = key;

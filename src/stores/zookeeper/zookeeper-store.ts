@@ -261,11 +261,12 @@ export class ZookeeperStore implements Store {
       try {
         children = await session.getChildren(dir);
       } catch (err) {
-        if (isZk(err, ZK.NO_NODE)) return null;
+        if (isZk(err, ZK.NO_NODE)) return this.listed(name, true);
         throw err;
       }
       const first = sortCandidates(children)[0];
-      if (first === undefined) return null;
+      if (first === undefined) return this.listed(name, true);
+      this.listed(name, false);
       const path = `${dir}/${first}`;
       try {
         const { data, stat } = await session.getData(path);
@@ -278,6 +279,13 @@ export class ZookeeperStore implements Store {
       }
     }
     throw new StoreUnavailableError(`zookeeper: the candidates of ${name} kept changing`);
+  }
+
+  /** Notes what the last listing of `name` found (free or not); null, for holder() to return. */
+  private listed(name: string, free: boolean): null {
+    if (free) this.listedFree.add(name);
+    else this.listedFree.delete(name);
+    return null;
   }
 
   /** A candidate's data; a foreign node (a Curator latch) is shown with the current term. */
@@ -346,6 +354,8 @@ export class ZookeeperStore implements Store {
   private readonly seen = new Map<string, { path: string; version: number; at: number; lease: Lease }>();
   /** When this process first saw a name vacant without a release, per name and term. */
   private readonly vacantSince = new Map<string, { term: number; at: number }>();
+  /** Names whose last listing here found no candidate: an acquire of one reads the term counter early. */
+  private readonly listedFree = new Set<string>();
 
   private observe(name: string, path: string, version: number, lease: Lease): void {
     const s = this.seen.get(name);
@@ -370,11 +380,12 @@ export class ZookeeperStore implements Store {
       const mine = this.live(name);
       const sentAt = now();
       const holding = this.holder(session, name);
-      // The term counter, asked right behind the listing on the same session (ZooKeeper answers a
-      // session's requests in order, so it reads a state at least as new as the listing's first
-      // read): a free lease is then taken one round trip sooner. Used only if the lease is free.
-      const early = this.readTerm(session, name);
-      early.catch(() => {});
+      // Last listed free here (a watch told of a release, or the name is new): the term counter is
+      // asked right behind the listing on the same session (ZooKeeper answers a session's requests
+      // in order, so it reads a state at least as new as the listing's first read), and a free
+      // lease is taken one round trip sooner. A candidate retrying a held lease pays no such read.
+      const early = this.listedFree.has(name) || !this.seen.has(name) ? this.readTerm(session, name) : null;
+      early?.catch(() => {});
       const current = await holding;
       const lapsing = current ? this.removing.get(current.path) : undefined;
       if (lapsing) {
@@ -409,8 +420,8 @@ export class ZookeeperStore implements Store {
       // Free: create the holder's node and bump the counter in one multi.
       // Not released in the early read: read again, after the listing that found it free (a
       // release between the two would otherwise look like a holder that vanished).
-      let termRead = await early;
-      if (!termRead.released) termRead = await this.readTerm(session, name);
+      let termRead = early === null ? null : await early;
+      if (termRead === null || !termRead.released) termRead = await this.readTerm(session, name);
       const { term: last, version, released } = termRead;
       if (!released) {
         // Term `last`'s holder vanished without letting go: its session expired (then its deadline
@@ -586,6 +597,7 @@ export class ZookeeperStore implements Store {
     // What this store remembered of the purged names: they are new names now.
     for (const [name, h] of this.held) if (name.startsWith(prefix)) this.drop(h);
     for (const map of [this.seen, this.vacantSince]) for (const name of [...map.keys()]) if (name.startsWith(prefix)) map.delete(name);
+    for (const name of [...this.listedFree]) if (name.startsWith(prefix)) this.listedFree.delete(name);
     return n;
   }
 

@@ -705,14 +705,21 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         cancel();
       }
     }
-    if (e.release) await this.release(l.term);
+    if (e.release) await this.release(l.term, e.deadline);
     if (e.after === 'wake') await this.dispatch({ type: 'wake' });
     else if (e.after === 'retired') await this.dispatch({ type: 'retired', term: l.term });
   }
 
-  private async release(term: number): Promise<void> {
+  /**
+   * Release `term`'s lease. With the leadership's `deadline`, wait for the answer until then (at
+   * least requestTimeoutMs): a loaded store answers late, and stop() resolving before its release
+   * landed would leave the name readable as held, a next holder refused. Past the deadline the
+   * lease may lapse anyway, so a store that is down cannot hold stop() longer.
+   */
+  private async release(term: number, deadline?: number): Promise<void> {
+    const timeoutMs = deadline === undefined ? this.timing.requestTimeoutMs : Math.max(this.timing.requestTimeoutMs, deadline - this.clock.now());
     try {
-      await this.call('release', this.store.release(this.group, this.owner, term));
+      await this.call('release', this.store.release(this.group, this.owner, term), timeoutMs);
     } catch (err) {
       await this.dispatch({ type: 'release-failed', term, error: toError(err) });
       return;
@@ -760,7 +767,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * Race a store call against the request timeout (a timeout is "maybe", safety rule 3) and
    * against stop(), which must not wait for a store that does not answer.
    */
-  private call<T>(operation: string, promise: Promise<T>): Promise<T> {
+  private call<T>(operation: string, promise: Promise<T>, timeoutMs = this.timing.requestTimeoutMs): Promise<T> {
     const started = this.clock.now();
     return new Promise<T>((resolve, reject) => {
       const stopped = this.stopController.signal;
@@ -782,10 +789,10 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         done();
         reject(new StoreUnavailableError(`${operation} of ${this.group} abandoned: elector stopped`));
       };
-      const cancel = this.clock.setTimer(this.timing.requestTimeoutMs, () => {
+      const cancel = this.clock.setTimer(timeoutMs, () => {
         done();
         report('timeout');
-        reject(new StoreUnavailableError(`${this.store.kind} store: no answer to ${operation} of ${this.group} within ${this.timing.requestTimeoutMs} ms`));
+        reject(new StoreUnavailableError(`${this.store.kind} store: no answer to ${operation} of ${this.group} within ${Math.round(timeoutMs)} ms`));
       });
       if (operation !== 'release') stopped.addEventListener('abort', onStop, { once: true });
       promise.then(

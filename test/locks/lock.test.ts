@@ -79,6 +79,44 @@ describe('Lock', () => {
     expect(await w.store.read('nightly')).toBeNull();
   });
 
+  it('release() waits for a store that answers late (past requestTimeoutMs), so the name is free when it resolves', async () => {
+    const clock = new VirtualClock();
+    let releaseDelayMs = 600; // requestTimeoutMs is ttl / 3 = 333 ms here
+    class SlowRelease extends MemoryStore {
+      override async release(name: string, owner: string, term: number): Promise<boolean> {
+        await new Promise<void>((r) => clock.setTimer(releaseDelayMs, r));
+        return super.release(name, owner, term);
+      }
+    }
+    const store = new SlowRelease({ clock });
+    const advance = (ms: number) => clock.runUntil(clock.now() + ms, flush);
+    const lock = new Lock(store, 'nightly', { ttlMs: 1000, clock });
+    const p = lock.acquire();
+    await advance(1);
+    const h = await p;
+    let released = false;
+    const r = h.release().then(() => (released = true));
+    await advance(400);
+    expect(released).toBe(false);
+    await advance(250);
+    await r;
+    expect(await store.read('nightly')).toBeNull();
+
+    // A store that never answers holds release() no longer than the lease's own deadline.
+    releaseDelayMs = 1e9;
+    const p2 = lock.acquire();
+    await advance(1);
+    const h2 = await p2;
+    const left = h2.remainingMs();
+    expect(left).toBeGreaterThan(500);
+    let released2 = false;
+    void h2.release().then(() => (released2 = true));
+    await advance(left - 5);
+    expect(released2).toBe(false);
+    await advance(10);
+    expect(released2).toBe(true);
+  });
+
   it('using() releases whatever the routine does', async () => {
     const w = world();
     const lock = new Lock(w.store, 'nightly', { ttlMs: 1000, clock: w.clock });

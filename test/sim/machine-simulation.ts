@@ -340,13 +340,17 @@ class Machine {
       if (e.after === 'wake') this.dispatch({ type: 'wake' });
       else if (e.after === 'retired') this.dispatch({ type: 'retired', term: e.term });
     };
-    if (e.release) this.release(e.term, then);
+    if (e.release) this.release(e.term, then, e.deadline);
     else then();
   }
 
-  /** A release, raced against the request timeout (stop does not abandon it); then `then`. */
-  private release(term: number, then: () => void): void {
+  /**
+   * A release, raced against the request timeout, or as LeaderElector for a depose's release, the
+   * leadership's deadline when later (stop does not abandon it); then `then`.
+   */
+  private release(term: number, then: () => void, deadline?: number): void {
     const t = this.w.timing;
+    const timeoutMs = deadline === undefined ? t.requestTimeoutMs : Math.max(t.requestTimeoutMs, deadline - this.p.clock.now());
     this.w.history.releaseSent(this.owner, this.group, term);
     let done = false;
     const finish = (event: ElectorEvent): void => {
@@ -356,8 +360,8 @@ class Machine {
       this.dispatch(event);
       then();
     };
-    const cancel = this.p.clock.setTimer(t.requestTimeoutMs, () =>
-      finish({ type: 'release-failed', term, error: new StoreUnavailableError(`sim store: no answer to release of ${this.group} within ${t.requestTimeoutMs} ms`) }),
+    const cancel = this.p.clock.setTimer(timeoutMs, () =>
+      finish({ type: 'release-failed', term, error: new StoreUnavailableError(`sim store: no answer to release of ${this.group} within ${Math.round(timeoutMs)} ms`) }),
     );
     this.p.wire.call('release', `release ${this.group} term ${term}`, (settle) => settle(attempt(() => this.storeFault('release') ?? this.w.store.release(this.group, this.owner, term))), (r) => (r ? 'released' : 'not held'), (outcome) =>
       finish(outcome.ok ? { type: 'release-ok', term } : { type: 'release-failed', term, error: outcome.error }),

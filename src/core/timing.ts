@@ -15,7 +15,10 @@ export interface TimingOptions {
   marginMs?: number;
   /** Wait after a failed store call before the next attempt, ms. Default min(ttl / 10, 500). */
   retryMs?: number;
-  /** A store call with no answer after this long counts as failed (outcome unknown), ms. Default renewInterval. */
+  /**
+   * A store call with no answer after this long counts as failed (outcome unknown), ms. Default
+   * renewInterval. A leader's release (stop, resign) waits longer, until its lease's deadline.
+   */
   requestTimeoutMs?: number;
 }
 

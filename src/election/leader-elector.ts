@@ -194,6 +194,11 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private readonly timers: ElectorTimers;
   /** The acquire in flight: its store promise (released if stop abandons a win) and settled() waiters. */
   private acquire: { id: number; pending: Promise<AcquireResult> } | null = null;
+  /**
+   * The store pushed a release of the group (or a hand-over to this node) since the last acquire
+   * was sent: the next acquire reads the hand-over hint alongside (see sendAcquire).
+   */
+  private toldFree = false;
   private attempt: { promise: Promise<void>; settle: () => void } | null = null;
   private loopEnded: { promise: Promise<void>; resolve: () => void } = deferred();
   /** Async work started by effects (depose: settle, release) during the current dispatch. */
@@ -307,7 +312,12 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       if (l && error.lease === this.group && error.term === l.term) void this.dispatch({ type: 'fenced', term: l.term });
     });
     try {
-      if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.dispatch({ type: 'push', lease }));
+      if (this.store.watch) {
+        this.unwatch = this.store.watch(this.group, (lease) => {
+          if (lease === null || lease.owner === this.owner) this.toldFree = true;
+          return this.dispatch({ type: 'push', lease });
+        });
+      }
     } catch (err) {
       // Campaign without push (the loop polls); the store's failure is reported, not thrown.
       this.emit('store-error', { operation: 'watch', error: toError(err) });
@@ -451,17 +461,25 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * its time left by the store's clock (bounded), else 0. The hint is a preference, not a safety
    * matter: a hint that cannot be read lets the win be led.
    */
-  private async holdBack(r: AcquireResult): Promise<number> {
+  private async holdBack(r: AcquireResult, early: Promise<Lease | null> | null): Promise<number> {
     if (!r.acquired || this.transferName === null) return 0;
     let hint: Lease | null;
     try {
-      hint = await this.store.read(this.transferName);
+      hint = await (early ?? this.store.read(this.transferName));
     } catch {
       return 0;
     }
     const to = hint?.meta['to'];
     if (!hint || typeof to !== 'string' || this.isNamed(to)) return 0;
     return Math.max(1, Math.min(Math.ceil(hint.remainingMs), maxTransferMs));
+  }
+
+  private readHint(name: string): Promise<Lease | null> {
+    try {
+      return this.store.read(name);
+    } catch (err) {
+      return Promise.reject(toError(err));
+    }
   }
 
   /**
@@ -673,8 +691,17 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     this.acquire = { id, pending };
     const attempt = deferred();
     this.attempt = { promise: attempt.promise, settle: attempt.resolve };
-    // A win is checked against a hand-over hint (one read, only when won) before it is acted on.
-    const checked = pending.then(async (r) => ({ r, holdBackMs: await this.holdBack(r) }));
+    // A win is checked against a hand-over hint before it is acted on: one read, after the win;
+    // or, for an acquire sent after the store pushed a release, sent with it. Then it cannot
+    // miss a hint written before that release (a leader's transferTo writes its hint first), and
+    // a handoff pays no round trip for it. It is a preference either way, not a safety matter.
+    let early: Promise<Lease | null> | null = null;
+    if (this.toldFree && this.transferName !== null) {
+      early = this.readHint(this.transferName);
+      early.catch(() => {}); // read only on a win; a loss leaves it unheard
+    }
+    this.toldFree = false;
+    const checked = pending.then(async (r) => ({ r, holdBackMs: await this.holdBack(r, early) }));
     this.call('acquire', checked).then(
       ({ r, holdBackMs }) => void this.dispatch({ type: 'acquire-ok', id, acquired: r.acquired, lease: r.lease, ...(holdBackMs > 0 ? { holdBackMs } : {}) }),
       (err: unknown) => void this.dispatch({ type: 'acquire-failed', id, ...callError(err) }),

@@ -130,6 +130,43 @@ describe('LeaderElector', () => {
     await b.stop();
   });
 
+  it('after a pushed release, the hand-over hint is read with the acquire, not after its win; a lost acquire not told of a release reads nothing', async () => {
+    const w = world();
+    const log: string[] = [];
+    const recorded = (id: string): Store => {
+      const inner = w.store;
+      return {
+        kind: inner.kind,
+        acquire: (name, owner, ttlMs, meta) => {
+          log.push(`${id} acquire ${name} sent`);
+          return inner.acquire(name, owner, ttlMs, meta).then((r) => (log.push(`${id} acquire ${name} ${r.acquired ? 'won' : 'lost'}`), r));
+        },
+        renew: (...args) => inner.renew(...args),
+        release: (...args) => inner.release(...args),
+        read: (name) => (log.push(`${id} read ${name} sent`), inner.read(name)),
+        list: (...args) => inner.list(...args),
+        appendFenced: (...args) => inner.appendFenced(...args),
+        readStream: (...args) => inner.readStream(...args),
+        watch: (name, listener) => inner.watch!(name, listener),
+        close: () => inner.close(),
+      };
+    };
+    const a = w.elector('a', recorded('a'));
+    const b = w.elector('b', recorded('b'));
+    a.start();
+    await w.advance(1);
+    b.start();
+    await w.advance(100);
+    // a won without being told of a release: one read, after the win. b lost: no read.
+    expect(log).toEqual(['a acquire g sent', 'a acquire g won', 'a read g/transfer-to sent', 'b acquire g sent', 'b acquire g lost']);
+    log.length = 0;
+    await a.stop();
+    await w.advance(5);
+    expect(b.isLeader).toBe(true);
+    expect(log).toEqual(['b acquire g sent', 'b read g/transfer-to sent', 'b acquire g won']);
+    await b.stop();
+  });
+
   it('takes over from a crashed leader about one TTL after its last renewal, not a polling period later', async () => {
     const w = world();
     const mode = { fault: 'none' as Fault };

@@ -120,6 +120,23 @@ describe('mysql store: on the shared server', () => {
     await db.drop();
   });
 
+  it('migrates a version 5 schema (acquire as a four-statement transaction) in place: leases kept, acquire is one CALL', async () => {
+    const old = open({ tablePrefix: 'v5_' });
+    const held = await old.acquire('g', 'a~1', 60_000);
+    // Make it what tenure with schema version 5 left behind.
+    await pool.query('DROP PROCEDURE v5_acquire');
+    await pool.query("UPDATE v5_schema SET value = '5' WHERE `key` = 'version'");
+    const store = open({ tablePrefix: 'v5_' });
+    expect(await store.acquire('g', 'b~1', 60_000)).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: held.lease.term } });
+    expect(await store.acquire('g', 'a~1', 60_000, { k: 'v' })).toMatchObject({ acquired: true, lease: { owner: 'a~1', term: held.lease.term, meta: { k: 'v' } } });
+    expect(await store.release('g', 'a~1', held.lease.term)).toBe(true);
+    expect(await store.acquire('g', 'b~1', 60_000)).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: held.lease.term + 1 } });
+    const [procs] = await pool.query("SELECT COUNT(*) AS n FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = 'v5_acquire'");
+    expect(procs).toEqual([{ n: 1 }]);
+    const [v] = await pool.query("SELECT value FROM v5_schema WHERE `key` = 'version'");
+    expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
+  });
+
   it('migrates a version 4 schema (entries without append times) in place: old entries read with the migration time, new ones with the server clock of streamHead', async () => {
     const old = open({ tablePrefix: 'v4_' });
     const g = (await old.acquire('g', 'a~1', 60_000)).lease.term;

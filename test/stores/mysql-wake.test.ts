@@ -47,6 +47,16 @@ function record(store: MysqlStore, name: string): { seen: (string | null)[]; sto
   return { seen, stop };
 }
 
+/**
+ * The waits the server shows, once there are `n` of them: the client marks a wait before the
+ * server runs it (a first CALL on a connection is prepared first).
+ */
+async function serverWaits(n: number): Promise<number[]> {
+  let waiting: number[] = [];
+  await waitFor(async () => (waiting = (await threads()).waiting).length === n, 10_000, `${n} waits shown by the server`);
+  return waiting;
+}
+
 /** Until `store` waits on `name` with a blocked connection and `holder` holds `name`'s wake lock. */
 async function settled(store: MysqlStore, name: string, holder?: MysqlStore): Promise<void> {
   await waitFor(() => store.wakeState().waiting.includes(name) && (holder === undefined || holder.wakeState().held.includes(name)), 10_000, `${name} waited on`);
@@ -143,7 +153,7 @@ describe('mysql wake locks', () => {
     for (const n of names) await holder.acquire(n, 'a~1', TTL_MS);
     const watches = names.map((n) => record(waiter, n));
     for (const n of names) await settled(waiter, n, holder);
-    expect((await threads()).waiting.length).toBe(3);
+    await serverWaits(3);
     const started = performance.now();
     await waiter.close();
     // Not a timing assertion: a close that waited for the 30 s GET_LOCK would fail the test's own timeout.
@@ -160,7 +170,7 @@ describe('mysql wake locks', () => {
     await holder.acquire('k', 'a~1', TTL_MS);
     const w = record(waiter, 'k');
     await settled(waiter, 'k', holder);
-    const [victim] = (await threads()).waiting;
+    const [victim] = await serverWaits(1);
     expect(victim).toBeDefined();
     await admin.query(`KILL CONNECTION ${victim!}`);
     // Meanwhile changes are still seen (by the fallback poll or the new connection).
@@ -170,9 +180,8 @@ describe('mysql wake locks', () => {
     await waitFor(() => w.seen.at(-1) === 'a~1@2', 10_000, 'holder seen after the kill');
     // Recovered: a new connection waits, and a release wakes it.
     await settled(waiter, 'k', holder);
-    const now = (await threads()).waiting;
+    const now = await serverWaits(1);
     expect(now).not.toContain(victim);
-    expect(now.length).toBe(1);
     const wakes = waiter.wakeState().wakes;
     await holder.release('k', 'a~1', 2);
     await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen by push again');
@@ -186,7 +195,7 @@ describe('mysql wake locks', () => {
     await holder.acquire('hk', 'a~1', TTL_MS);
     const w = record(waiter, 'hk');
     await settled(waiter, 'hk', holder);
-    const waiting = (await threads()).waiting;
+    const waiting = await serverWaits(1);
     // The holder's session: the one of this database that is neither waiting nor a pooled call's. Kill
     // every connection of the database but the waiter's; the pools reconnect on their own.
     for (const id of (await threads()).all.filter((id) => !waiting.includes(id))) await admin.query(`KILL CONNECTION ${id}`).catch(() => {});

@@ -40,7 +40,7 @@ import {
   checkTerm,
   checkToken,
   checkTtl,
-  decideAcquire,
+  termExhausted,
   decideFence,
   decodeMeta,
   decodeStreamEntry,
@@ -219,7 +219,7 @@ export class MysqlStore implements Store {
         poll: (name) => this.run('watch', (c) => this.pollOne(c, name)),
         told: (name, row) => this.toldRow(name, row),
         readAny: this.sql.readAny,
-        wokenRead: this.sql.wokenRead,
+        wakeWait: this.sql.wakeWait,
         pollMs: pollMs ?? 1000,
         timeoutMs: this.timeoutMs,
       };
@@ -244,35 +244,17 @@ export class MysqlStore implements Store {
     checkOwner('owner', owner);
     checkTtl('ttlMs', ttlMs);
     const metaText = encodeMeta('meta', meta);
-    const metaValue = decodeMeta(metaText);
-    // One transaction: lock the lease's row, decide, write. Times in it are relative to the
-    // server's now: 0 is "now", expiry is the remaining time the server computed. Decided by the
-    // same rules as every store. `null`: the name has no row yet (see below).
-    const attempt = (c: MysqlConnection, insertIfMissing: boolean) =>
-      this.transaction(c, async (): Promise<AcquireResult | null> => {
-        const rows = await select(c, this.sql.lockRow, [name]);
-        const current = rows[0] ? toRow(rows[0]) : null;
-        if (current === null && !insertIfMissing) return null;
-        const decision = decideAcquire(current, name, owner, ttlMs, metaValue, 0);
-        if (!decision.acquired) return { acquired: false, lease: rowLease(rows[0]!) };
-        const next = decision.row;
-        if (current === null) {
-          await c.execute(this.sql.insertLease, [name, owner, next.term, ttlMs * 1000, ttlMs, metaText]);
-        } else {
-          await c.execute(this.sql.updateLease, [owner, next.term, ttlMs * 1000, ttlMs, metaText, name]);
-        }
-        return { acquired: true, lease: toLease(next as LeaseRow & { owner: string }, 0) };
-      });
-    const result = await this.run('acquire', async (c) => {
-      const first = await attempt(c, false);
-      if (first !== null) return first;
-      // A name never acquired: `SELECT … FOR UPDATE` found no row and, under REPEATABLE READ, left
-      // a gap lock; two such acquires of neighbouring new names then deadlock on each other's
-      // INSERT (a node starting with many leases did so on most of them). Instead, create the
-      // free row first, in its own statement, and lock that row (a row lock, no gap).
-      await c.execute(this.sql.ensureRow, [name]);
-      return (await attempt(c, true))!;
-    });
+    // One CALL, one round trip: the procedure locks the row, decides as every store does and
+    // writes, in one transaction (see `acquire` in sql.ts). A deadlock victim is run again.
+    const row = await this.run('acquire', (c) =>
+      this.retrying(async () => {
+        const reported = (await callRows(c, this.sql.acquire, [name, owner, ttlMs * 1000, ttlMs, metaText]))[0];
+        if (!reported) throw new Error(`the acquire procedure reported nothing for lease ${name}`);
+        return reported;
+      }),
+    );
+    if (row.acquired === null || row.acquired === undefined) throw termExhausted('mysql', name, row.term);
+    const result: AcquireResult = { acquired: Number(row.acquired) === 1, lease: rowLease(row) };
     if (result.acquired) {
       this.holder?.hold(name, result.lease.term);
       this.noteLocal(name, { term: result.lease.term, owner }, result.lease);

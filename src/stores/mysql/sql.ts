@@ -27,8 +27,12 @@ import { checkTablePrefix } from '../../core/index.js';
  *    CURRENT_TIMESTAMP(3), the server's clock (stored in UTC whatever the session's time zone),
  *    so the append statements are unchanged. Migrating 4 -> 5 adds the column (`addAppendedAt`,
  *    run only when missing); entries already there get the migration's time.
+ * 6: adds the stored procedures `<prefix>acquire`, so that an acquire is one round trip (it was
+ *    four: begin, lock the row, write, commit), and `<prefix>wake_wait`, so that a waiter's wake
+ *    and its read of the row are one (they were two). Migrating 5 -> 6 creates them; the tables
+ *    are unchanged, and a v5 client's acquire transaction decides the same.
  */
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 /** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
 export const checkPrefix = checkTablePrefix;
@@ -49,17 +53,19 @@ export interface MysqlSql {
   readonly lockName: string;
   readonly schemaTable: string;
   readonly schema: readonly string[];
-  readonly lockRow: string;
-  readonly insertLease: string;
-  readonly ensureRow: string;
-  readonly updateLease: string;
+  /** (name, owner, ttl µs, ttl ms, meta): one row, `acquired` 1, 0, or NULL (nothing written: see the procedure), and the lease's columns. */
+  readonly acquire: string;
   readonly renew: string;
   readonly renewMany: string;
   readonly release: string;
   readonly readLive: string;
   readonly readAny: string;
-  /** A woken waiter's one statement: release the wake lock (`?`) and read the lease (`?`); one row, its columns NULL when the lease has none. */
-  readonly wokenRead: string;
+  /**
+   * A waiter's one CALL (wake lock, seconds, name): wait for the wake lock; when got, let it go at
+   * once; then read the lease. One row: `got` (1, 0 on timeout, NULL when interrupted) and the
+   * lease's columns, NULL when the name has no row.
+   */
+  readonly wakeWait: string;
   readonly list: string;
   readonly appendFast: string;
   readonly appendAt: string;
@@ -97,6 +103,8 @@ export function buildSql(prefix: string): MysqlSql {
   const S = ident(`${prefix}streams`);
   const appendProc = ident(`${prefix}append`);
   const renewManyProc = ident(`${prefix}renew_many`);
+  const acquireProc = ident(`${prefix}acquire`);
+  const wakeWaitProc = ident(`${prefix}wake_wait`);
   const startsWith = (column: string): string => `LEFT(${column}, LENGTH(CAST(? AS BINARY))) = CAST(? AS BINARY)`;
   return {
     purge: [
@@ -180,14 +188,59 @@ export function buildSql(prefix: string): MysqlSql {
              (l.owner IS NOT NULL AND l.expires_at > ${NOW}) AS live
            FROM ${batch('p_batch')} LEFT JOIN ${L} AS l ON l.name = r.n ORDER BY r.ord;
        END`,
+      // Acquire, one transaction in one round trip, deciding as every store does (decideAcquire):
+      // another owner's live lease is left as it is; the owner's own live lease is extended with
+      // its term; a free, released or expired one goes to p_owner with term + 1. The row is locked
+      // FOR UPDATE first. A name never acquired gets its free row (term 0) in a statement of its
+      // own before the transaction, so that the lock is a row lock and never a gap lock (two
+      // acquires of neighbouring new names would deadlock on each other's INSERT). A row whose
+      // term tenure cannot bump (below 0, or 2^53 - 1 and beyond) is not written: `acquired` is
+      // NULL and the caller reports the StoreDataError. The report is read inside the
+      // transaction, so it is the state this call decided on and left.
+      `DROP PROCEDURE IF EXISTS ${acquireProc}`,
+      `CREATE PROCEDURE ${acquireProc}(IN p_name VARBINARY(800), IN p_owner VARBINARY(800), IN p_ttl_us BIGINT, IN p_ttl_ms INT, IN p_meta TEXT)
+       MODIFIES SQL DATA
+       BEGIN
+         DECLARE v_owner VARBINARY(800) DEFAULT NULL;
+         DECLARE v_term BIGINT DEFAULT NULL;
+         DECLARE v_live INT DEFAULT NULL;
+         DECLARE v_acquired INT DEFAULT NULL;
+         DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+         START TRANSACTION;
+         SELECT MAX(owner), MAX(term), MAX(${LIVE}) INTO v_owner, v_term, v_live FROM ${L} WHERE name = p_name FOR UPDATE;
+         IF v_term IS NULL THEN
+           ROLLBACK;
+           INSERT INTO ${L} (name, owner, term, expires_at, ttl_ms, meta) VALUES (p_name, NULL, 0, ${NOW}, 0, '{}') ON DUPLICATE KEY UPDATE name = name;
+           START TRANSACTION;
+           SELECT MAX(owner), MAX(term), MAX(${LIVE}) INTO v_owner, v_term, v_live FROM ${L} WHERE name = p_name FOR UPDATE;
+         END IF;
+         IF v_live = 1 AND v_owner <> p_owner THEN
+           SET v_acquired = 0;
+         ELSEIF v_live = 1 THEN
+           UPDATE ${L} SET expires_at = ${NOW} + INTERVAL p_ttl_us MICROSECOND, ttl_ms = p_ttl_ms, meta = p_meta WHERE name = p_name;
+           SET v_acquired = 1;
+         ELSEIF v_term >= 0 AND v_term < ${Number.MAX_SAFE_INTEGER} THEN
+           UPDATE ${L} SET owner = p_owner, term = v_term + 1, expires_at = ${NOW} + INTERVAL p_ttl_us MICROSECOND, ttl_ms = p_ttl_ms, meta = p_meta WHERE name = p_name;
+           SET v_acquired = 1;
+         END IF;
+         SELECT v_acquired AS acquired, ${COLS} FROM ${L} WHERE name = p_name FOR UPDATE;
+         COMMIT;
+       END`,
+      // A waiter's wait and read, one round trip (see wake.ts): the row is read by the server the
+      // moment the wake lock is granted (the holder lets it go only after its release committed),
+      // and the lock is let go at once, for the next waiter and the next holder.
+      `DROP PROCEDURE IF EXISTS ${wakeWaitProc}`,
+      `CREATE PROCEDURE ${wakeWaitProc}(IN p_lock VARCHAR(64), IN p_wait_s DOUBLE, IN p_name VARBINARY(800))
+       READS SQL DATA
+       BEGIN
+         DECLARE v_got INT DEFAULT NULL;
+         SET v_got = GET_LOCK(p_lock, p_wait_s);
+         IF v_got = 1 THEN DO RELEASE_LOCK(p_lock); END IF;
+         SELECT v_got AS got, ${COLS}, (${LIVE}) AS live FROM (SELECT 1 AS one) AS woken LEFT JOIN ${L} ON name = p_name;
+       END`,
     ],
-    lockRow: `SELECT ${COLS} FROM ${L} WHERE name = ? FOR UPDATE`,
-    insertLease: `INSERT INTO ${L} (name, owner, term, expires_at, ttl_ms, meta) VALUES (?, ?, ?, ${NOW} + INTERVAL ? MICROSECOND, ?, ?)`,
-    // A free row (no owner, term 0: the first holder gets term 1) for a name never acquired, so
-    // that acquires lock an existing row instead of a gap (see MysqlStore.acquire). Does nothing
-    // when the row exists.
-    ensureRow: `INSERT INTO ${L} (name, owner, term, expires_at, ttl_ms, meta) VALUES (?, NULL, 0, ${NOW}, 0, '{}') ON DUPLICATE KEY UPDATE name = name`,
-    updateLease: `UPDATE ${L} SET owner = ?, term = ?, expires_at = ${NOW} + INTERVAL ? MICROSECOND, ttl_ms = ?, meta = ? WHERE name = ?`,
+    acquire: `CALL ${acquireProc}(?, ?, ?, ?, ?)`,
+    wakeWait: `CALL ${wakeWaitProc}(?, ?, ?) /* tenure wait */`,
     // Compare-and-set on owner and term of a live lease, one statement.
     renew: `UPDATE ${L} SET expires_at = ${NOW} + INTERVAL ? MICROSECOND, ttl_ms = ? WHERE name = ? AND owner = ? AND term = ? AND ${LIVE}`,
     // (batch JSON, ttl µs, ttl ms, owner); the batch is [{"n": name, "t": term}, …].
@@ -195,7 +248,6 @@ export function buildSql(prefix: string): MysqlSql {
     release: `UPDATE ${L} SET owner = NULL, expires_at = ${NOW} WHERE name = ? AND owner = ? AND term = ? AND ${LIVE}`,
     readLive: `SELECT ${COLS} FROM ${L} WHERE name = ? AND ${LIVE}`,
     readAny: `SELECT ${COLS}, (${LIVE}) AS live FROM ${L} WHERE name = ?`,
-    wokenRead: `SELECT RELEASE_LOCK(?) AS released, ${COLS}, (${LIVE}) AS live FROM (SELECT 1 AS one) AS woken LEFT JOIN ${L} ON name = ?`,
     // Prefix by bytes: LENGTH is the prefix's UTF-8 length, LEFT on VARBINARY counts bytes.
     list: `SELECT ${COLS} FROM ${L} WHERE ${LIVE} AND LEFT(name, LENGTH(?)) = ? ORDER BY name`,
     // Fenced append when the token's term is already the fence's (every append but the first of

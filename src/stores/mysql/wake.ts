@@ -9,9 +9,9 @@
  *   let a session hold many). A lost session frees them all: waiters wake early, read the row, find
  *   the lease still held and go back to waiting (with a growing pause, see below).
  * - Waiter: each watched name has its own connection blocked in `GET_LOCK(wake lock, WAIT_S)` (a
- *   blocked connection can wait for one lock only). When it returns, the waiter releases the lock
- *   at once (so the next waiter, and the next holder, can take it) and reads the lease row; what
- *   it reads is what watchers are told. A wake that brought no news (the lease is still held by
+ *   blocked connection can wait for one lock only), inside one CALL (`wake_wait`): when it returns,
+ *   the server releases the lock at once (so the next waiter, and the next holder, can take it)
+ *   and reads the lease row, in the same round trip; what it reads is what watchers are told. A wake that brought no news (the lease is still held by
  *   whom watchers were told: its holder does not hold the wake lock, e.g. it has just acquired and
  *   not taken it yet, its session was lost, or it is a store without wake locks) is followed by a
  *   pause that doubles from MIN_PAUSE_MS up to the fallback poll interval before waiting again,
@@ -61,8 +61,8 @@ export interface WakeDeps {
   told(name: string, row: Record<string, unknown> | undefined): boolean;
   /** The readAny statement (one `?`: the name). */
   readonly readAny: string;
-  /** The wokenRead statement (`?`: the wake lock, the name). */
-  readonly wokenRead: string;
+  /** The wakeWait CALL (`?`: the wake lock, seconds, the name). */
+  readonly wakeWait: string;
   /** Fallback poll interval, ms. */
   readonly pollMs: number;
   /** Bound on a statement on a dedicated connection other than the blocking GET_LOCK, ms. */
@@ -304,21 +304,20 @@ export class Waker {
         }
         const lock = wakeLockName(s.db, this.deps.tablePrefix, this.name);
         this.blocked = true;
-        let got: number | null;
+        let row: Record<string, unknown> | undefined;
         try {
-          got = gotLock(await this.ask(s.c.query('SELECT GET_LOCK(?, ?) AS got /* tenure wait */', [lock, waitS]), waitS * 1000 + this.deps.timeoutMs));
+          // One round trip: wait; when woken, the server lets the lock go (to the next waiter, and
+          // the next holder) and reads the row at once; on a timeout it reads the row too.
+          const [result] = await this.ask(s.c.execute(this.deps.wakeWait, [lock, waitS, this.name]), waitS * 1000 + this.deps.timeoutMs);
+          row = Array.isArray(result) && Array.isArray(result[0]) ? (result[0] as Record<string, unknown>[])[0] : undefined;
         } finally {
           this.blocked = false;
         }
         if (this.stopped) break;
+        if (!row) throw new Error('the wake_wait procedure reported nothing');
+        const got = row.got === null || row.got === undefined ? null : Number(row.got);
         if (got === null) throw new Error('GET_LOCK was interrupted');
-        let row: Record<string, unknown> | undefined;
-        if (got === 1) {
-          this.wakes++;
-          // One round trip: let the lock go (to the next waiter, and the next holder) and read the row.
-          const [rows] = await this.ask(s.c.execute(this.deps.wokenRead, [lock, this.name]), this.deps.timeoutMs);
-          row = (rows as Record<string, unknown>[])[0];
-        } else row = await this.read(s);
+        if (got === 1) this.wakes++;
         if (this.deps.told(this.name, row)) {
           pause = MIN_PAUSE_MS;
           waitS = FIRST_WAIT_S;

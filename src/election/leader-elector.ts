@@ -192,8 +192,11 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private unwatch: Unsubscribe | null = null;
   private unhearRejections: (() => void) | null = null;
   private readonly timers: ElectorTimers;
-  /** The acquire in flight: its store promise (released if stop abandons a win) and settled() waiters. */
-  private acquire: { id: number; pending: Promise<AcquireResult> } | null = null;
+  /**
+   * The acquire in flight: its store promise (released if stop abandons a win), whether it was
+   * answered, and its early read of the hand-over hint (see sendAcquire).
+   */
+  private acquire: { id: number; pending: Promise<AcquireResult>; answered: boolean; early: Promise<Lease | null> | null } | null = null;
   /**
    * The store pushed a release of the group (or a hand-over to this node) since the last acquire
    * was sent: the next acquire reads the hand-over hint alongside (see sendAcquire).
@@ -314,7 +317,12 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     try {
       if (this.store.watch) {
         this.unwatch = this.store.watch(this.group, (lease) => {
-          if (lease === null || lease.owner === this.owner) this.toldFree = true;
+          if (lease === null || lease.owner === this.owner) {
+            this.toldFree = true;
+            // An acquire already on its way may win with this release: its hint read goes now.
+            const a = this.acquire;
+            if (a && !a.answered && a.early === null) a.early = this.readHint();
+          }
           return this.dispatch({ type: 'push', lease });
         });
       }
@@ -474,12 +482,17 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     return Math.max(1, Math.min(Math.ceil(hint.remainingMs), maxTransferMs));
   }
 
-  private readHint(name: string): Promise<Lease | null> {
+  /** A read of the hand-over hint, sent now; null when this elector takes no hand-overs. */
+  private readHint(): Promise<Lease | null> | null {
+    if (this.transferName === null) return null;
+    let p: Promise<Lease | null>;
     try {
-      return this.store.read(name);
+      p = this.store.read(this.transferName);
     } catch (err) {
-      return Promise.reject(toError(err));
+      p = Promise.reject(toError(err));
     }
+    p.catch(() => {}); // read only on a win; a loss leaves it unheard
+    return p;
   }
 
   /**
@@ -688,20 +701,20 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       // A store that throws rather than rejecting: the same fault, reported the same way.
       pending = Promise.reject(toError(err));
     }
-    this.acquire = { id, pending };
+    // A win is checked against a hand-over hint before it is acted on: one read, after the win;
+    // or, for an acquire sent after the store pushed a release (or on its way when the push
+    // came), sent then. Either way the read cannot miss a hint written before that release (a
+    // leader's transferTo writes its hint first), and a handoff pays no round trip for it. It is
+    // a preference, not a safety matter.
+    const entry = { id, pending, answered: false, early: this.toldFree ? this.readHint() : null };
+    this.toldFree = false;
+    this.acquire = entry;
     const attempt = deferred();
     this.attempt = { promise: attempt.promise, settle: attempt.resolve };
-    // A win is checked against a hand-over hint before it is acted on: one read, after the win;
-    // or, for an acquire sent after the store pushed a release, sent with it. Then it cannot
-    // miss a hint written before that release (a leader's transferTo writes its hint first), and
-    // a handoff pays no round trip for it. It is a preference either way, not a safety matter.
-    let early: Promise<Lease | null> | null = null;
-    if (this.toldFree && this.transferName !== null) {
-      early = this.readHint(this.transferName);
-      early.catch(() => {}); // read only on a win; a loss leaves it unheard
-    }
-    this.toldFree = false;
-    const checked = pending.then(async (r) => ({ r, holdBackMs: await this.holdBack(r, early) }));
+    const checked = pending.then(async (r) => {
+      entry.answered = true;
+      return { r, holdBackMs: await this.holdBack(r, entry.early) };
+    });
     this.call('acquire', checked).then(
       ({ r, holdBackMs }) => void this.dispatch({ type: 'acquire-ok', id, acquired: r.acquired, lease: r.lease, ...(holdBackMs > 0 ? { holdBackMs } : {}) }),
       (err: unknown) => void this.dispatch({ type: 'acquire-failed', id, ...callError(err) }),

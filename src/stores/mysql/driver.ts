@@ -23,6 +23,8 @@ export interface MysqlConnection extends MysqlExecutor {
   destroy(): void;
   /** mysql2 connections are event emitters: 'end' when the server closed the connection, 'error' on a fatal error. */
   on?(event: 'end' | 'error', listener: () => void): unknown;
+  /** Prepare `sql` on this connection now (mysql2 keeps it for `execute`); only on connections tenure checks out of mysql2's own pool. */
+  prepareStatement?(sql: string): Promise<void>;
 }
 
 /** A mysql2/promise Pool, or anything shaped like it. */
@@ -38,6 +40,7 @@ interface CoreConnection {
   release(): void;
   destroy(): void;
   on?(event: 'end' | 'error', listener: () => void): unknown;
+  prepare?(sql: string, cb: (err: Error | null) => void): void;
 }
 
 /** mysql2's callback-style pool, as a promise Pool exposes it (`.pool`, public in mysql2's types). */
@@ -78,6 +81,9 @@ function lean(c: CoreConnection): MysqlConnection {
     release: () => c.release(),
     destroy: () => c.destroy(),
     on: (event, listener) => c.on?.(event, listener),
+    ...(typeof c.prepare === 'function'
+      ? { prepareStatement: (sql: string) => new Promise<void>((resolve, reject) => c.prepare!(sql, (err) => (err ? reject(err) : resolve()))) }
+      : {}),
   };
 }
 

@@ -603,6 +603,9 @@ export class MysqlStore implements Store {
 
   // ---- optional polling watch ------------------------------------------------------------
 
+  /** warm() has run. */
+  private warmed = false;
+
   private addWatch(name: string, listener: WatchListener, pollMs: number | undefined): Unsubscribe {
     checkName('name', name);
     if (typeof listener !== 'function') throw new InvalidArgumentError('listener', 'expected a function');
@@ -614,6 +617,7 @@ export class MysqlStore implements Store {
     }
     w.listeners.add(listener);
     this.startWakers();
+    this.warm();
     if (pollMs !== undefined && !this.pollTimer) {
       this.pollTimer = setInterval(() => void this.poll(), pollMs);
       this.pollTimer.unref();
@@ -636,6 +640,24 @@ export class MysqlStore implements Store {
       }
       if (this.watched.size === 0) this.stopPolling();
     };
+  }
+
+  /**
+   * A candidate that waits on push answers a release with an acquire and a read of the hand-over
+   * hint at once (LeaderElector): have two pooled connections open, with those statements
+   * prepared, before the release comes, rather than pay a new connection's handshake or a first
+   * execution's PREPARE round trip in the handoff (3-7 ms of a 13 ms MySQL handoff, traced across
+   * processes). Once per store, in the background, best effort.
+   */
+  private warm(): void {
+    if (this.warmed || this.closed) return;
+    this.warmed = true;
+    const hot = [this.sql.acquire, this.sql.readLive, this.sql.renew, this.sql.release];
+    const one = (): Promise<void> =>
+      this.run('warm', async (c) => {
+        if (c.prepareStatement) for (const sql of hot) await c.prepareStatement(sql);
+      });
+    void Promise.all([one(), one()]).catch(() => {});
   }
 
   /** Give watched names without a wake connection one, up to wakeConnections. */

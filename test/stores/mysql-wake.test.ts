@@ -84,6 +84,42 @@ describe('mysql wake locks', () => {
     expect(() => open({ wakeConnections: 1.5 })).toThrow(/wakeConnections/);
   });
 
+  it('a push watch warms two pooled connections with the takeover statements prepared, before any release', async () => {
+    // The user's own mysql2 pool: its public 'connection' event shows each new connection, whose
+    // prepare() (not used by execute, which caches through the same statement cache) tells what
+    // the store prepared ahead of time.
+    const pool = mysql.createPool({ uri: db.url, connectionLimit: 4 });
+    const prepared = new Map<object, string[]>();
+    pool.on('connection', (c) => {
+      const core = c as unknown as { prepare: (sql: unknown, cb: unknown) => unknown };
+      const original = core.prepare.bind(core);
+      prepared.set(c, []);
+      core.prepare = (sql, cb) => (prepared.get(c)!.push(String(sql)), original(sql, cb));
+    });
+    try {
+      const store = open({ url: undefined, pool });
+      await store.read('g'); // one call: one connection, nothing prepared ahead
+      expect([...prepared.values()].flat()).toEqual([]);
+      const w = record(store, 'g');
+      await waitFor(() => [...prepared.values()].filter((sqls) => sqls.length === 4).length === 2, 10_000, 'two connections warmed');
+      for (const sqls of prepared.values()) {
+        if (sqls.length === 0) continue;
+        expect(sqls.some((q) => q.startsWith('CALL') && q.includes('acquire'))).toBe(true);
+        expect(sqls.some((q) => q.startsWith('UPDATE') && q.includes('owner = NULL'))).toBe(true);
+      }
+      // Once per store: a second watch warms nothing more.
+      const before = [...prepared.values()].flat().length;
+      const w2 = record(store, 'h');
+      await new Promise((r) => setTimeout(r, 200));
+      expect([...prepared.values()].flat().length).toBe(before);
+      w.stop();
+      w2.stop();
+    } finally {
+      await Promise.all(stores.splice(0).map((s) => s.close()));
+      await pool.end();
+    }
+  });
+
   it('wakes a waiter at the release, not at a poll or the expiry', async () => {
     const holder = open();
     const waiter = open();

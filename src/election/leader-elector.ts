@@ -57,8 +57,9 @@ export interface LeaderElectorOptions extends TimingOptions {
    */
   lockDelayMs?: number;
   /**
-   * Honour hand-over hints (see `transferTo`): after each win, one read of `GROUP/transfer-to`
-   * decides whether the win is led. Default true; a Lock turns it off (nobody hands a lock over),
+   * Honour hand-over hints (see `transferTo`): for each win, one read of `GROUP/transfer-to`
+   * (sent after the win, or with the acquire when the store pushed a release) decides whether
+   * the win is led. Default true; a Lock turns it off (nobody hands a lock over),
    * which saves that read on every acquisition, and `transferTo` is then refused.
    */
   transfers?: boolean;

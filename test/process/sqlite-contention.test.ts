@@ -12,7 +12,7 @@
  * margin, which no lock scheduling can help (docs/sql-stores.md, SQLite).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -64,18 +64,63 @@ function dirtyKb(): number {
   }
 }
 
+/** Jiffies of every CPU: [busy, total], from /proc/stat (Linux; zeros elsewhere). */
+function cpuTimes(): [number, number] {
+  try {
+    const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const total = f.reduce((a, b) => a + b, 0);
+    return [total - (f[3] ?? 0) - (f[4] ?? 0), total];
+  } catch {
+    return [0, 0];
+  }
+}
+
+/** CPU time each process used over the last sample, top 3, for a message: "pid name ms". */
+function procTimes(): Map<string, number> {
+  const out = new Map<string, number>();
+  try {
+    for (const pid of readdirSync('/proc')) {
+      if (!/^\d+$/.test(pid)) continue;
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const close = stat.lastIndexOf(')');
+        const name = stat.slice(stat.indexOf('(') + 1, close);
+        const f = stat.slice(close + 2).split(' ');
+        out.set(`${pid} ${name}`, Number(f[11]) + Number(f[12]));
+      } catch {
+        // gone meanwhile
+      }
+    }
+  } catch {
+    // not Linux
+  }
+  return out;
+}
+
 /**
- * Start the storm with the page cache flushed: the file runs after every other test file
- * (vitest.config.ts), which may leave hundreds of MiB to be written back, and an fsync on ext4
- * can wait behind that. Not shown to be why this test once failed in CI on a quiet machine (the
- * leader deposed at its deadline, no renew refused; 3 GB of dirty pages before a run here did not
- * reproduce it), but the storm this test asserts about should be its own writers' alone; and a
- * failure now says what the machine was doing (see `machine()`).
+ * Start the storm on an idle machine: page cache flushed, and the CPUs idle for a second
+ * (waiting up to 60 s). The file runs after every other test file (vitest.config.ts), so that
+ * nothing else shares the 2 cores, but a server or process still busy from them would: two busy
+ * loops beside this test depose its leader every time (tried here), and it failed twice in a row
+ * in CI with the 1-minute load still at 1.05 when it started. What it asserts about is its own
+ * writers' storm. Returns what the machine was doing, for a failure's message.
  */
-async function quietDisk(): Promise<void> {
+async function quietMachine(): Promise<string> {
   execFileSync('sync');
   const until = Date.now() + 60_000;
-  while (dirtyKb() > 16 * 1024 && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+  let busy = 1;
+  let top = '';
+  while (Date.now() < until) {
+    const [b0, t0] = cpuTimes();
+    const p0 = procTimes();
+    await new Promise((r) => setTimeout(r, 1000));
+    const [b1, t1] = cpuTimes();
+    busy = t1 > t0 ? (b1 - b0) / (t1 - t0) : 0;
+    const used = [...procTimes()].map(([k, v]) => [k, v - (p0.get(k) ?? v)] as const).filter(([, d]) => d > 0);
+    top = used.sort((a, b) => b[1] - a[1]).slice(0, 3).map(([k, d]) => `${k} ${d * 10} ms`).join(', ');
+    if (busy < 0.1 && dirtyKb() < 16 * 1024) break;
+  }
+  return `cpu ${(busy * 100).toFixed(0)}% busy over 1 s (${top || 'no process'}), load ${loadavg().map((l) => l.toFixed(2)).join(' ')}, dirty ${dirtyKb()} kB`;
 }
 
 /** The load average and the page cache left to write, for a failure's message. */
@@ -96,8 +141,7 @@ interface Done {
 describe('SQLite under write contention from other processes', () => {
   for (const writers of [2, 8]) {
     it(`${writers} writer processes appending flat out beside a leader at TTL ${LEADER_TTL_MS} ms: no errors, no lost appends, no deposition`, { timeout: 180_000 }, async () => {
-      await quietDisk();
-      const atStart = machine();
+      const atStart = await quietMachine();
       const db = tempDb();
       const store = await openStore({ kind: 'sqlite', path: db });
       cleanups.push(() => store.close());

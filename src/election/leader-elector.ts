@@ -57,9 +57,8 @@ export interface LeaderElectorOptions extends TimingOptions {
    */
   lockDelayMs?: number;
   /**
-   * Honour hand-over hints (see `transferTo`): for each win, one read of `GROUP/transfer-to`
-   * (sent after the win, or with the acquire when the store pushed a release) decides whether
-   * the win is led. Default true; a Lock turns it off (nobody hands a lock over),
+   * Honour hand-over hints (see `transferTo`): after each win, one read of `GROUP/transfer-to`
+   * decides whether the win is led. Default true; a Lock turns it off (nobody hands a lock over),
    * which saves that read on every acquisition, and `transferTo` is then refused.
    */
   transfers?: boolean;
@@ -193,16 +192,8 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private unwatch: Unsubscribe | null = null;
   private unhearRejections: (() => void) | null = null;
   private readonly timers: ElectorTimers;
-  /**
-   * The acquire in flight: its store promise (released if stop abandons a win), whether it was
-   * answered, and its early read of the hand-over hint (see sendAcquire).
-   */
-  private acquire: { id: number; pending: Promise<AcquireResult>; answered: boolean; early: Promise<Lease | null> | null } | null = null;
-  /**
-   * The store pushed a release of the group (or a hand-over to this node) since the last acquire
-   * was sent: the next acquire reads the hand-over hint alongside (see sendAcquire).
-   */
-  private toldFree = false;
+  /** The acquire in flight: its store promise (released if stop abandons a win) and settled() waiters. */
+  private acquire: { id: number; pending: Promise<AcquireResult> } | null = null;
   private attempt: { promise: Promise<void>; settle: () => void } | null = null;
   private loopEnded: { promise: Promise<void>; resolve: () => void } = deferred();
   /** Async work started by effects (depose: settle, release) during the current dispatch. */
@@ -316,17 +307,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       if (l && error.lease === this.group && error.term === l.term) void this.dispatch({ type: 'fenced', term: l.term });
     });
     try {
-      if (this.store.watch) {
-        this.unwatch = this.store.watch(this.group, (lease) => {
-          if (lease === null || lease.owner === this.owner) {
-            this.toldFree = true;
-            // An acquire already on its way may win with this release: its hint read goes now.
-            const a = this.acquire;
-            if (a && !a.answered && a.early === null) a.early = this.readHint();
-          }
-          return this.dispatch({ type: 'push', lease });
-        });
-      }
+      if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.dispatch({ type: 'push', lease }));
     } catch (err) {
       // Campaign without push (the loop polls); the store's failure is reported, not thrown.
       this.emit('store-error', { operation: 'watch', error: toError(err) });
@@ -470,30 +451,17 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * its time left by the store's clock (bounded), else 0. The hint is a preference, not a safety
    * matter: a hint that cannot be read lets the win be led.
    */
-  private async holdBack(r: AcquireResult, early: Promise<Lease | null> | null): Promise<number> {
+  private async holdBack(r: AcquireResult): Promise<number> {
     if (!r.acquired || this.transferName === null) return 0;
     let hint: Lease | null;
     try {
-      hint = await (early ?? this.store.read(this.transferName));
+      hint = await this.store.read(this.transferName);
     } catch {
       return 0;
     }
     const to = hint?.meta['to'];
     if (!hint || typeof to !== 'string' || this.isNamed(to)) return 0;
     return Math.max(1, Math.min(Math.ceil(hint.remainingMs), maxTransferMs));
-  }
-
-  /** A read of the hand-over hint, sent now; null when this elector takes no hand-overs. */
-  private readHint(): Promise<Lease | null> | null {
-    if (this.transferName === null) return null;
-    let p: Promise<Lease | null>;
-    try {
-      p = this.store.read(this.transferName);
-    } catch (err) {
-      p = Promise.reject(toError(err));
-    }
-    p.catch(() => {}); // read only on a win; a loss leaves it unheard
-    return p;
   }
 
   /**
@@ -702,20 +670,11 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       // A store that throws rather than rejecting: the same fault, reported the same way.
       pending = Promise.reject(toError(err));
     }
-    // A win is checked against a hand-over hint before it is acted on: one read, after the win;
-    // or, for an acquire sent after the store pushed a release (or on its way when the push
-    // came), sent then. Either way the read cannot miss a hint written before that release (a
-    // leader's transferTo writes its hint first), and a handoff pays no round trip for it. It is
-    // a preference, not a safety matter.
-    const entry = { id, pending, answered: false, early: this.toldFree ? this.readHint() : null };
-    this.toldFree = false;
-    this.acquire = entry;
+    this.acquire = { id, pending };
     const attempt = deferred();
     this.attempt = { promise: attempt.promise, settle: attempt.resolve };
-    const checked = pending.then(async (r) => {
-      entry.answered = true;
-      return { r, holdBackMs: await this.holdBack(r, entry.early) };
-    });
+    // A win is checked against a hand-over hint (one read, only when won) before it is acted on.
+    const checked = pending.then(async (r) => ({ r, holdBackMs: await this.holdBack(r) }));
     this.call('acquire', checked).then(
       ({ r, holdBackMs }) => void this.dispatch({ type: 'acquire-ok', id, acquired: r.acquired, lease: r.lease, ...(holdBackMs > 0 ? { holdBackMs } : {}) }),
       (err: unknown) => void this.dispatch({ type: 'acquire-failed', id, ...callError(err) }),

@@ -643,11 +643,11 @@ export class MysqlStore implements Store {
   }
 
   /**
-   * A candidate that waits on push answers a release with an acquire and a read of the hand-over
-   * hint at once (LeaderElector): have two pooled connections open, with those statements
+   * A candidate that waits on push answers a release with an acquire and, on a win, a read of
+   * the hand-over hint (LeaderElector): have two pooled connections open, with those statements
    * prepared, before the release comes, rather than pay a new connection's handshake or a first
-   * execution's PREPARE round trip in the handoff (3-7 ms of a 13 ms MySQL handoff, traced across
-   * processes). Once per store, in the background, best effort.
+   * execution's PREPARE round trip in the handoff (traced across processes: 3-7 ms when a call
+   * of the takeover opened a connection). Once per store, in the background, best effort.
    */
   private warm(): void {
     if (this.warmed || this.closed) return;

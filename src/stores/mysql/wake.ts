@@ -9,9 +9,10 @@
  *   let a session hold many). A lost session frees them all: waiters wake early, read the row, find
  *   the lease still held and go back to waiting (with a growing pause, see below).
  * - Waiter: each watched name has its own connection blocked in `GET_LOCK(wake lock, WAIT_S)` (a
- *   blocked connection can wait for one lock only), inside one CALL (`wake_wait`): when it returns,
- *   the server releases the lock at once (so the next waiter, and the next holder, can take it)
- *   and reads the lease row, in the same round trip; what it reads is what watchers are told. A wake that brought no news (the lease is still held by
+ *   blocked connection can wait for one lock only), inside one CALL (`wake_wait`): when it
+ *   returns, the server releases the lock at once (so the next waiter, and the next holder, can
+ *   take it) and reads the lease row, in the same round trip; what it reads is what watchers are
+ *   told. A wake that brought no news (the lease is still held by
  *   whom watchers were told: its holder does not hold the wake lock, e.g. it has just acquired and
  *   not taken it yet, its session was lost, or it is a store without wake locks) is followed by a
  *   pause that doubles from MIN_PAUSE_MS up to the fallback poll interval before waiting again,

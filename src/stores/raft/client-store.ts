@@ -67,14 +67,25 @@ interface LeaseWatchEntry {
   told: string | null | undefined;
   /** The node's id of this watch on the current connection. */
   serverId: number | null;
+  /** The connection this watch is subscribed, or being subscribed, on: one subscription each. */
+  on: ClientConnection | null;
   /** Pushes handled so far: a read answered after a push is older than what was told. */
   pushes: number;
+  /**
+   * The connection whose resubscription read is awaited, or null. Until that read answers, the
+   * member's pushes are not told: a member the client moved to may lag behind the one that told
+   * the last state, and replays older states as it catches up; the read (a ReadIndex read, so at
+   * least as new as anything already told) answers after those pushes on the same connection.
+   */
+  holding: ClientConnection | null;
 }
 
 interface StreamWatchEntry {
   readonly listeners: Set<(head: number) => void>;
   head: number;
   serverId: number | null;
+  /** As for a lease watch. */
+  on: ClientConnection | null;
   /** Subscribed once: a later subscription is after a reconnect. */
   subscribed: boolean;
 }
@@ -185,8 +196,8 @@ export class RaftClientStore implements Store, AsyncDisposable {
     this.conn = conn;
     if (old !== null && old !== conn) old.close();
     this.byServerId.clear();
-    for (const e of this.leaseWatches.values()) e.serverId = null;
-    for (const e of this.streamWatches.values()) e.serverId = null;
+    for (const e of this.leaseWatches.values()) [e.serverId, e.on] = [null, null];
+    for (const e of this.streamWatches.values()) [e.serverId, e.on] = [null, null];
     conn.onPush((p) => this.onPush(conn, p));
     conn.onClose(() => {
       if (this.conn === conn) this.conn = null;
@@ -217,6 +228,7 @@ export class RaftClientStore implements Store, AsyncDisposable {
     if (w === undefined) return;
     if (w.kind === 'lease' && 'lease' in p) {
       w.entry.pushes++;
+      if (w.entry.holding !== null) return;
       // The holder watchers were last told, again: after the client moved to another member (its
       // connection to the last one lost or slow), that member can apply, after the watch is
       // subscribed, a change the last one had already pushed. No news, as the other stores tell it.
@@ -232,32 +244,69 @@ export class RaftClientStore implements Store, AsyncDisposable {
   }
 
   private async subscribeLease(conn: ClientConnection, name: string, entry: LeaseWatchEntry, resync: boolean): Promise<void> {
+    if (entry.on === conn) return;
+    entry.on = conn;
     try {
       const a = await conn.request({ op: 'watch', kind: 'lease', name }, this.timeoutMs);
       if (!a.ok) throw new Refusal(a.error);
       if (this.leaseWatches.get(name) !== entry || conn !== this.conn) return void conn.request({ op: 'unwatch', watch: a.value as number }, this.timeoutMs).catch(() => {});
       entry.serverId = a.value as number;
+      if (resync && entry.told !== undefined) {
+        await this.resyncLease(conn, name, entry);
+        return;
+      }
       this.byServerId.set(entry.serverId, { kind: 'lease', name, entry });
-      // The value now: the baseline of a first subscription; after a reconnect, a change while no
-      // connection carried the watch is told.
+      // The value now: the baseline of a first subscription.
       const pushes = entry.pushes;
       const r = await conn.request({ op: 'read', name }, this.timeoutMs);
       // A push handled meanwhile (it may be in the same chunk as the answer, handled before this
       // continuation runs) told a state at least as new as the read's.
       if (!r.ok || this.leaseWatches.get(name) !== entry || entry.pushes !== pushes) return;
-      const lease = r.value as Lease | null;
-      if (entry.told === undefined || !resync) {
-        entry.told ??= leaseKey(lease);
-      } else if (leaseKey(lease) !== entry.told) {
-        entry.told = leaseKey(lease);
-        for (const l of [...entry.listeners]) queueMicrotask(() => l(lease));
-      }
+      entry.told ??= leaseKey(r.value as Lease | null);
     } catch (err) {
+      if (entry.on === conn && entry.serverId === null) entry.on = null;
       if (!conn.closed && !this.closed) this.log(`raft store client: cannot watch lease ${JSON.stringify(name)} at ${conn.address}: ${(err as Error).message}`);
     }
   }
 
+  /**
+   * After a reconnect: the member's pushes are held until its read of the lease answers (a
+   * ReadIndex read, retried while the member has no leader to ask), then that state is told if it
+   * is not what watchers were last told, and the pushes after it are told as they come. A push
+   * answered before the read is at most as new as the read, and may be older than what the last
+   * member told (this one lags behind it and replays what it applies): telling it would take the
+   * watchers back.
+   */
+  private async resyncLease(conn: ClientConnection, name: string, entry: LeaseWatchEntry): Promise<void> {
+    entry.holding = conn;
+    this.byServerId.set(entry.serverId!, { kind: 'lease', name, entry });
+    const giveUpAt = performance.now() + this.timeoutMs;
+    let why = '';
+    try {
+      for (let attempt = 0; ; attempt++) {
+        const r = await conn.request({ op: 'read', name }, Math.max(1, giveUpAt - performance.now()));
+        if (this.leaseWatches.get(name) !== entry || conn !== this.conn || entry.holding !== conn) return;
+        if (r.ok) {
+          const lease = r.value as Lease | null;
+          if (leaseKey(lease) !== entry.told) {
+            entry.told = leaseKey(lease);
+            for (const l of [...entry.listeners]) queueMicrotask(() => l(lease));
+          }
+          return;
+        }
+        why = 'message' in r.error ? String(r.error.message) : r.error.code;
+        if (performance.now() >= giveUpAt) break;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(1000, 20 * 2 ** Math.min(attempt, 6))));
+      }
+      this.log(`raft store client: lease ${JSON.stringify(name)} not read at ${conn.address} after reconnecting (${why}); its changes are told as that member pushes them`);
+    } finally {
+      if (entry.holding === conn) entry.holding = null;
+    }
+  }
+
   private async subscribeStream(conn: ClientConnection, name: string, entry: StreamWatchEntry): Promise<void> {
+    if (entry.on === conn) return;
+    entry.on = conn;
     try {
       const a = await conn.request({ op: 'watch', kind: 'stream', name }, this.timeoutMs);
       if (!a.ok) throw new Refusal(a.error);
@@ -277,6 +326,7 @@ export class RaftClientStore implements Store, AsyncDisposable {
         for (const l of [...entry.listeners]) queueMicrotask(() => l(head));
       }
     } catch (err) {
+      if (entry.on === conn && entry.serverId === null) entry.on = null;
       if (!conn.closed && !this.closed) this.log(`raft store client: cannot watch stream ${JSON.stringify(name)} at ${conn.address}: ${(err as Error).message}`);
     }
   }
@@ -465,13 +515,14 @@ export class RaftClientStore implements Store, AsyncDisposable {
     let entry = this.leaseWatches.get(name);
     if (!entry) {
       if (this.leaseWatches.size + this.streamWatches.size >= CLIENT_MAX_WATCHES) throw new InvalidArgumentError('watch', `at most ${CLIENT_MAX_WATCHES} names watched per raft store client`);
-      entry = { listeners: new Set(), told: undefined, serverId: null, pushes: 0 };
+      entry = { listeners: new Set(), told: undefined, serverId: null, on: null, pushes: 0, holding: null };
       this.leaseWatches.set(name, entry);
       const e = entry;
       void this.connection(performance.now() + this.timeoutMs)
         .then((conn) => {
-          // adopt() subscribed it already when this call made the connection.
-          if (e.serverId === null && this.leaseWatches.get(name) === e) return this.subscribeLease(conn, name, e, false);
+          // adopt() subscribed it already when this call made the connection (subscribeLease
+          // returns at once then: two subscriptions would tell every change twice).
+          if (this.leaseWatches.get(name) === e) return this.subscribeLease(conn, name, e, false);
         })
         .catch(() => this.scheduleRewatch());
     }
@@ -492,12 +543,12 @@ export class RaftClientStore implements Store, AsyncDisposable {
     let entry = this.streamWatches.get(stream);
     if (!entry) {
       if (this.leaseWatches.size + this.streamWatches.size >= CLIENT_MAX_WATCHES) throw new InvalidArgumentError('watchStream', `at most ${CLIENT_MAX_WATCHES} names watched per raft store client`);
-      entry = { listeners: new Set(), head: 0, serverId: null, subscribed: false };
+      entry = { listeners: new Set(), head: 0, serverId: null, on: null, subscribed: false };
       this.streamWatches.set(stream, entry);
       const e = entry;
       void this.connection(performance.now() + this.timeoutMs)
         .then((conn) => {
-          if (e.serverId === null && this.streamWatches.get(stream) === e) return this.subscribeStream(conn, stream, e);
+          if (this.streamWatches.get(stream) === e) return this.subscribeStream(conn, stream, e);
         })
         .catch(() => this.scheduleRewatch());
     }

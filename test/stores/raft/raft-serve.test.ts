@@ -15,6 +15,8 @@ import { RaftClientStore, type MemberStatus } from '../../../src/stores/raft/ind
 import { ClientConnection } from '../../../src/stores/raft/client-connection.js';
 import { sandbox, tenure, waitUntil } from '../../cli/helpers.js';
 import { SERVE_SECRET, ServeCluster } from './serve-cluster.js';
+import { FaultProxy } from '../../chaos/proxy/index.js';
+import { freePort } from '../../fixtures/ports.js';
 
 let cluster: ServeCluster | undefined;
 let store: TenureStore | undefined;
@@ -115,6 +117,76 @@ describe('raft:// against tenure raft serve processes', () => {
       expect(heads).toEqual([...heads].sort((a, b) => a - b)); // never a head told before
     } finally {
       await other.close();
+    }
+  });
+
+  it('a watch moved to a member that lags never tells an older state: that member\'s replays before its read answers are not told', async () => {
+    // Node 3 is reached by its peers, and reaches them, only through fault proxies (P), so it can
+    // be cut off while the watching client still reaches it; the watcher reaches nodes 1 and 3
+    // through proxies of its own (C), so it can be moved from 1 to 3.
+    const ids = [1, 2, 3];
+    const ports = new Map<number, number>();
+    for (const id of ids) ports.set(id, await freePort());
+    const proxy = (id: number, name: string) => FaultProxy.start({ target: { host: '127.0.0.1', port: ports.get(id)! }, name });
+    const toPeer = new Map([[1, await proxy(1, 'p1')], [2, await proxy(2, 'p2')], [3, await proxy(3, 'p3')]]);
+    const c1 = await proxy(1, 'c1');
+    const c3 = await proxy(3, 'c3');
+    const proxies = [...toPeer.values(), c1, c3];
+    const at = (p: FaultProxy) => `127.0.0.1:${p.endpoint.port}`;
+    const watcher = new RaftClientStore({ members: [c1, c3].map((p) => ({ host: '127.0.0.1', port: p.endpoint.port })), secret: SERVE_SECRET, log: () => {} });
+    try {
+      cluster = await ServeCluster.start(ids, [], {
+        addresses: new Map(ids.map((id) => [id, `127.0.0.1:${ports.get(id)!}`])),
+        // Every path to or from node 3 goes through a proxy.
+        peerRoute: (from, to) => (from === 3 ? at(toPeer.get(to)!) : to === 3 ? at(toPeer.get(3)!) : undefined),
+      });
+      store = await openStore(cluster.url([1, 2]));
+      await c3.cut();
+      const told: (string | null)[] = [];
+      watcher.watch('x', (l) => told.push(l === null ? null : `${l.owner}@${l.term}`));
+      expect(await store.acquire('x', 'b~1', 60_000)).toMatchObject({ acquired: true, lease: { term: 1 } });
+      await waitUntil('b~1 told through node 1', () => told.at(-1) === 'b~1@1', 20_000);
+      // Node 3 has b~1 too (it is applied everywhere before it is cut off), then misses the rest.
+      await waitUntil('node 3 to have applied b~1', async () => {
+        const direct = new RaftClientStore({ members: [{ host: '127.0.0.1', port: ports.get(3)! }], secret: SERVE_SECRET, timeoutMs: 2000, log: () => {} });
+        try {
+          return (await direct.read('x'))?.owner === 'b~1';
+        } catch {
+          return false;
+        } finally {
+          await direct.close();
+        }
+      }, 20_000);
+      for (const p of toPeer.values()) await p.cut();
+      expect(await store.release('x', 'b~1', 1)).toBe(true);
+      expect(await store.acquire('x', 'c~1', 60_000)).toMatchObject({ acquired: true, lease: { term: 2 } });
+      await waitUntil('c~1 told through node 1', () => told.at(-1) === 'c~1@2', 20_000);
+      expect(told).toEqual(['b~1@1', null, 'c~1@2']);
+      // The watcher moves to node 3, which still holds b~1: its read of x waits for a read index
+      // (node 3 cannot reach the leader), and node 3 replays the release and c~1 once healed.
+      await c3.heal();
+      await c1.cut();
+      await waitUntil('the watcher on node 3', () => c3.getStats().open > 0, 20_000);
+      await new Promise((r) => setTimeout(r, 500)); // its watch and read sent
+      for (const p of toPeer.values()) await p.heal();
+      // Node 3 caught up: a change now reaches the watcher through it, after everything older.
+      await waitUntil('node 3 to have applied c~1', async () => {
+        const direct = new RaftClientStore({ members: [{ host: '127.0.0.1', port: ports.get(3)! }], secret: SERVE_SECRET, timeoutMs: 2000, log: () => {} });
+        try {
+          return (await direct.read('x'))?.owner === 'c~1';
+        } catch {
+          return false;
+        } finally {
+          await direct.close();
+        }
+      }, 20_000);
+      expect(await store.release('x', 'c~1', 2)).toBe(true);
+      await waitUntil('the release told through node 3', () => told.length > 3, 20_000);
+      await new Promise((r) => setTimeout(r, 300)); // anything else node 3 would push
+      expect(told).toEqual(['b~1@1', null, 'c~1@2', null]);
+    } finally {
+      await watcher.close();
+      for (const p of proxies) await p.close();
     }
   });
 

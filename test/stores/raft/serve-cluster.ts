@@ -46,11 +46,18 @@ export class ServeCluster {
   /** Arguments added to every node's `tenure raft serve` (TLS flags, say). */
   nodeArgs: readonly string[] = [];
 
+  /**
+   * Where node `from` dials node `to` (default: `to`'s address). A test puts fault proxies here
+   * to cut one node off from its peers while clients still reach it at its own address.
+   */
+  peerRoute: ((from: number, to: number) => string | undefined) | undefined;
+
   /** Starts nodes `ids` of a new cluster and resolves once each printed its serving line. */
-  static async start(ids: readonly number[] = [1, 2, 3], nodeArgs: readonly string[] = []): Promise<ServeCluster> {
+  static async start(ids: readonly number[] = [1, 2, 3], nodeArgs: readonly string[] = [], options: { addresses?: ReadonlyMap<number, string>; peerRoute?: (from: number, to: number) => string | undefined } = {}): Promise<ServeCluster> {
     const c = new ServeCluster();
     c.nodeArgs = nodeArgs;
-    for (const id of ids) c.addresses.set(id, `127.0.0.1:${await freePort()}`);
+    c.peerRoute = options.peerRoute;
+    for (const id of ids) c.addresses.set(id, options.addresses?.get(id) ?? `127.0.0.1:${await freePort()}`);
     try {
       await Promise.all(ids.map((id) => c.startNode(id)));
     } catch (err) {
@@ -73,7 +80,8 @@ export class ServeCluster {
   async startNode(id: number, options: { join?: boolean } = {}): Promise<ServeNode> {
     if (!this.addresses.has(id)) this.addresses.set(id, `127.0.0.1:${await freePort()}`);
     const address = this.addresses.get(id)!;
-    const args = [BIN, 'raft', 'serve', '--id', String(id), '--listen', address, '--peers', this.peers(), '--data', join(this.root, `n${id}`), ...TIMING, ...this.nodeArgs, ...(options.join ? ['--join'] : [])];
+    const peers = [...this.addresses.keys()].map((to) => `${to}=${(to !== id ? this.peerRoute?.(id, to) : undefined) ?? this.addresses.get(to)!}`).join(',');
+    const args = [BIN, 'raft', 'serve', '--id', String(id), '--listen', address, '--peers', peers, '--data', join(this.root, `n${id}`), ...TIMING, ...this.nodeArgs, ...(options.join ? ['--join'] : [])];
     const proc = spawn(process.execPath, args, { env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
     const node: ServeNode = {
       id,

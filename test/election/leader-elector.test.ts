@@ -130,6 +130,86 @@ describe('LeaderElector', () => {
     await b.stop();
   });
 
+  /** `inner` with each acquire and read logged as `ID acquire NAME sent|won|lost` / `ID read NAME sent`; acquires wait while `gate.closed`. */
+  function recorded(inner: Store, id: string, log: string[], gate: { closed: boolean; open?: () => void } = { closed: false }): Store {
+    return {
+      kind: inner.kind,
+      acquire: async (name, owner, ttlMs, meta) => {
+        log.push(`${id} acquire ${name} sent`);
+        if (gate.closed) await new Promise<void>((r) => (gate.open = r));
+        const r = await inner.acquire(name, owner, ttlMs, meta);
+        log.push(`${id} acquire ${name} ${r.acquired ? `won ${r.lease.term}` : 'lost'}`);
+        return r;
+      },
+      renew: (...args) => inner.renew(...args),
+      release: (...args) => inner.release(...args),
+      read: (name) => (log.push(`${id} read ${name} sent`), inner.read(name)),
+      list: (...args) => inner.list(...args),
+      appendFenced: (...args) => inner.appendFenced(...args),
+      readStream: (...args) => inner.readStream(...args),
+      watch: (name, listener) => inner.watch!(name, listener),
+      close: () => inner.close(),
+    };
+  }
+
+  it('after a pushed release, the hand-over hint is read with the acquire, not after its win; an acquire not told of a release reads after a win only', async () => {
+    const w = world();
+    const log: string[] = [];
+    const a = w.elector('a', recorded(w.store, 'a', log));
+    const b = w.elector('b', recorded(w.store, 'b', log));
+    a.start();
+    await w.advance(1);
+    b.start();
+    await w.advance(100);
+    // a won without being told of a release: one read, after the win. b lost: no read.
+    expect(log).toEqual(['a acquire g sent', 'a acquire g won 1', 'a read g/transfer-to sent', 'b acquire g sent', 'b acquire g lost']);
+    log.length = 0;
+    await a.stop();
+    await w.advance(5);
+    expect(b.isLeader).toBe(true);
+    expect(log).toEqual(['b acquire g sent', 'b read g/transfer-to sent', 'b acquire g won 2']);
+    await b.stop();
+  });
+
+  it('an acquire sent after a pushed release that wins a later term (a leader came between and handed over) reads the hint after its win, and holds back', async () => {
+    const w = world();
+    const log: string[] = [];
+    const gate: { closed: boolean; open?: () => void } = { closed: false };
+    const a = w.elector('a');
+    a.start();
+    await w.advance(1);
+    const b = w.elector('b', recorded(w.store, 'b', log, gate));
+    const c = w.elector('c');
+    b.start();
+    c.start();
+    await w.advance(100);
+    expect(a.isLeader).toBe(true);
+    log.length = 0;
+    // a steps down: b and c are told. b's acquire (with its early hint read) is held on its way;
+    // c wins term 2, hands over to d (its hint written first), and steps down.
+    gate.closed = true;
+    await a.stop();
+    await w.advance(5);
+    expect(c.isLeader).toBe(true);
+    expect(log).toEqual(['b acquire g sent', 'b read g/transfer-to sent']);
+    const transfer = c.transferTo('d', { timeoutMs: 2000 }).catch((e: unknown) => e);
+    await w.advance(5);
+    expect(c.isLeader).toBe(false);
+    expect((await w.store.read('g/transfer-to'))?.meta['to']).toBe('d');
+    // b's acquire lands now and wins term 3: the read sent with it came before c's hint, so b
+    // reads again and holds back for d.
+    gate.closed = false;
+    gate.open?.();
+    await w.advance(5);
+    expect(log).toEqual(['b acquire g sent', 'b read g/transfer-to sent', 'b acquire g won 3', 'b read g/transfer-to sent']);
+    expect(b.isLeader).toBe(false);
+    await w.advance(500);
+    expect(b.isLeader).toBe(false);
+    await Promise.all([a.stop(), b.stop(), c.stop()]);
+    await w.advance(2000);
+    await transfer;
+  });
+
   it('takes over from a crashed leader about one TTL after its last renewal, not a polling period later', async () => {
     const w = world();
     const mode = { fault: 'none' as Fault };

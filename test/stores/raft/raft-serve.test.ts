@@ -133,6 +133,17 @@ describe('raft:// against tenure raft serve processes', () => {
     const c3 = await proxy(3, 'c3');
     const proxies = [...toPeer.values(), c1, c3];
     const at = (p: FaultProxy) => `127.0.0.1:${p.endpoint.port}`;
+    /** Whether node 3, asked alone (a read index: it has applied everything committed), says `owner` holds x. */
+    const node3Holder = async (owner: string): Promise<boolean> => {
+      const direct = new RaftClientStore({ members: [{ host: '127.0.0.1', port: ports.get(3)! }], secret: SERVE_SECRET, timeoutMs: 2000, log: () => {} });
+      try {
+        return (await direct.read('x'))?.owner === owner;
+      } catch {
+        return false;
+      } finally {
+        await direct.close();
+      }
+    };
     const watcher = new RaftClientStore({ members: [c1, c3].map((p) => ({ host: '127.0.0.1', port: p.endpoint.port })), secret: SERVE_SECRET, log: () => {} });
     try {
       cluster = await ServeCluster.start(ids, [], {
@@ -147,16 +158,7 @@ describe('raft:// against tenure raft serve processes', () => {
       expect(await store.acquire('x', 'b~1', 60_000)).toMatchObject({ acquired: true, lease: { term: 1 } });
       await waitUntil('b~1 told through node 1', () => told.at(-1) === 'b~1@1', 20_000);
       // Node 3 has b~1 too (it is applied everywhere before it is cut off), then misses the rest.
-      await waitUntil('node 3 to have applied b~1', async () => {
-        const direct = new RaftClientStore({ members: [{ host: '127.0.0.1', port: ports.get(3)! }], secret: SERVE_SECRET, timeoutMs: 2000, log: () => {} });
-        try {
-          return (await direct.read('x'))?.owner === 'b~1';
-        } catch {
-          return false;
-        } finally {
-          await direct.close();
-        }
-      }, 20_000);
+      await waitUntil('node 3 to have applied b~1', () => node3Holder('b~1'), 20_000);
       for (const p of toPeer.values()) await p.cut();
       expect(await store.release('x', 'b~1', 1)).toBe(true);
       expect(await store.acquire('x', 'c~1', 60_000)).toMatchObject({ acquired: true, lease: { term: 2 } });
@@ -170,16 +172,7 @@ describe('raft:// against tenure raft serve processes', () => {
       await new Promise((r) => setTimeout(r, 500)); // its watch and read sent
       for (const p of toPeer.values()) await p.heal();
       // Node 3 caught up: a change now reaches the watcher through it, after everything older.
-      await waitUntil('node 3 to have applied c~1', async () => {
-        const direct = new RaftClientStore({ members: [{ host: '127.0.0.1', port: ports.get(3)! }], secret: SERVE_SECRET, timeoutMs: 2000, log: () => {} });
-        try {
-          return (await direct.read('x'))?.owner === 'c~1';
-        } catch {
-          return false;
-        } finally {
-          await direct.close();
-        }
-      }, 20_000);
+      await waitUntil('node 3 to have applied c~1', () => node3Holder('c~1'), 20_000);
       expect(await store.release('x', 'c~1', 2)).toBe(true);
       await waitUntil('the release told through node 3', () => told.length > 3, 20_000);
       await new Promise((r) => setTimeout(r, 300)); // anything else node 3 would push

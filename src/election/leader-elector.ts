@@ -194,14 +194,6 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private readonly timers: ElectorTimers;
   /** The acquire in flight: its store promise (released if stop abandons a win) and settled() waiters. */
   private acquire: { id: number; pending: Promise<AcquireResult> } | null = null;
-  /** The highest term of a holder this node has seen (pushed, answered to an acquire, or won). */
-  private lastHolderTerm: number | null = null;
-  /**
-   * The store pushed the end of term `freeAfterTerm` (a release, an expiry, or a hand-over of the
-   * next term to this node) after its holder was the last one seen, and no acquire was sent since:
-   * the next acquire reads the hand-over hint alongside (see sendAcquire).
-   */
-  private freeAfterTerm: number | null = null;
   private attempt: { promise: Promise<void>; settle: () => void } | null = null;
   private loopEnded: { promise: Promise<void>; resolve: () => void } = deferred();
   /** Async work started by effects (depose: settle, release) during the current dispatch. */
@@ -315,12 +307,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       if (l && error.lease === this.group && error.term === l.term) void this.dispatch({ type: 'fenced', term: l.term });
     });
     try {
-      if (this.store.watch) {
-        this.unwatch = this.store.watch(this.group, (lease) => {
-          this.heard(lease);
-          return this.dispatch({ type: 'push', lease });
-        });
-      }
+      if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.dispatch({ type: 'push', lease }));
     } catch (err) {
       // Campaign without push (the loop polls); the store's failure is reported, not thrown.
       this.emit('store-error', { operation: 'watch', error: toError(err) });
@@ -464,25 +451,17 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * its time left by the store's clock (bounded), else 0. The hint is a preference, not a safety
    * matter: a hint that cannot be read lets the win be led.
    */
-  private async holdBack(r: AcquireResult, early: { read: Promise<Lease | null>; term: number } | null): Promise<number> {
+  private async holdBack(r: AcquireResult): Promise<number> {
     if (!r.acquired || this.transferName === null) return 0;
     let hint: Lease | null;
     try {
-      hint = await (early !== null && r.lease.term === early.term ? early.read : this.store.read(this.transferName));
+      hint = await this.store.read(this.transferName);
     } catch {
       return 0;
     }
     const to = hint?.meta['to'];
     if (!hint || typeof to !== 'string' || this.isNamed(to)) return 0;
     return Math.max(1, Math.min(Math.ceil(hint.remainingMs), maxTransferMs));
-  }
-
-  private readHint(name: string): Promise<Lease | null> {
-    try {
-      return this.store.read(name);
-    } catch (err) {
-      return Promise.reject(toError(err));
-    }
   }
 
   /**
@@ -683,20 +662,6 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     this.collected?.push(p);
   }
 
-  /** What a push says of the terms (see freeAfterTerm). */
-  private heard(lease: Lease | null): void {
-    const last = this.lastHolderTerm;
-    if (lease === null) {
-      this.freeAfterTerm = last;
-    } else if (lease.owner === this.owner) {
-      // Handed over to this node: the term before it ended, if it is the last one seen.
-      this.freeAfterTerm = last !== null && lease.term === last + 1 ? last : null;
-    } else {
-      this.lastHolderTerm = Math.max(last ?? 0, lease.term);
-      this.freeAfterTerm = null;
-    }
-  }
-
   private sendAcquire(id: number): void {
     let pending: Promise<AcquireResult>;
     try {
@@ -708,22 +673,8 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     this.acquire = { id, pending };
     const attempt = deferred();
     this.attempt = { promise: attempt.promise, settle: attempt.resolve };
-    // A win is checked against a hand-over hint before it is acted on: one read, after the win.
-    // An acquire sent after a push told the end of term T, the last term seen, sends that read
-    // with it, and a win at T + 1 uses it (a handoff then pays no round trip for it): no leader
-    // came between, and every hint of a leader up to T was written before its term ended (a
-    // leader's transferTo writes it first), so before that read was sent. A win at a later term
-    // may follow a leader whose hint came after the read: it reads again after the win.
-    let early: { read: Promise<Lease | null>; term: number } | null = null;
-    if (this.freeAfterTerm !== null && this.transferName !== null) {
-      early = { read: this.readHint(this.transferName), term: this.freeAfterTerm + 1 };
-      early.read.catch(() => {}); // heard only on a win at that term
-    }
-    this.freeAfterTerm = null;
-    const checked = pending.then(async (r) => {
-      if (r.lease) this.lastHolderTerm = Math.max(this.lastHolderTerm ?? 0, r.lease.term);
-      return { r, holdBackMs: await this.holdBack(r, early) };
-    });
+    // A win is checked against a hand-over hint (one read, only when won) before it is acted on.
+    const checked = pending.then(async (r) => ({ r, holdBackMs: await this.holdBack(r) }));
     this.call('acquire', checked).then(
       ({ r, holdBackMs }) => void this.dispatch({ type: 'acquire-ok', id, acquired: r.acquired, lease: r.lease, ...(holdBackMs > 0 ? { holdBackMs } : {}) }),
       (err: unknown) => void this.dispatch({ type: 'acquire-failed', id, ...callError(err) }),

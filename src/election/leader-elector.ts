@@ -461,7 +461,10 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     }
     const to = hint?.meta['to'];
     if (!hint || typeof to !== 'string' || this.isNamed(to)) return 0;
-    return Math.max(1, Math.min(Math.ceil(hint.remainingMs), maxTransferMs));
+    // At most one renew interval at a time, then an acquire reads the hint again: a leader may
+    // meanwhile have replaced it with one that names this node (a hold-back for the old hint's
+    // whole time kept the named node out past transferTo's bound).
+    return Math.max(1, Math.min(Math.ceil(hint.remainingMs), maxTransferMs, this.timing.renewIntervalMs));
   }
 
   /**

@@ -296,7 +296,7 @@ export class RaftClientStore implements Store, AsyncDisposable {
         }
         why = 'message' in r.error ? String(r.error.message) : r.error.code;
         if (performance.now() >= giveUpAt) break;
-        await new Promise((resolve) => setTimeout(resolve, Math.min(1000, 20 * 2 ** Math.min(attempt, 6))));
+        await this.backoff(attempt, giveUpAt);
       }
       this.log(`raft store client: lease ${JSON.stringify(name)} not read at ${conn.address} after reconnecting (${why}); its changes are told as that member pushes them`);
     } finally {

@@ -426,3 +426,52 @@ describe('LeaderElector: confirmLeadership and releaseOnEnd on a virtual clock',
     expect(await w.store.read('g')).toBeNull(); // campaigns no more
   });
 });
+
+describe('LeaderElector: transferTo on a virtual clock', () => {
+  it('a candidate holding back for a hint naming another node takes over within a renew interval when a newer hint names it', async () => {
+    // Two hand-overs in a row, as a rolling restart does: a → b, then b → c. In the first, c
+    // wins the released lease, reads the hint naming b, gives the term back and holds back; the
+    // second hint names c. A hold-back for the first hint's whole time (3 TTLs) kept c out until
+    // the second transfer's bound; it lasts at most one renew interval, then c reads again.
+    const w = world();
+    const a = w.elector('a');
+    const b = w.elector('b');
+    const c = w.elector('c');
+    const elected: string[] = [];
+    for (const [id, e] of [['a', a], ['b', b], ['c', c]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
+    a.start();
+    await w.advance(1);
+    c.start();
+    await w.advance(100);
+    expect(elected).toEqual(['a@1']);
+
+    // Round 1: b does not campaign yet, so c wins the released lease (term 2) and gives it back.
+    const round1 = a.transferTo('b');
+    await w.advance(20);
+    expect(elected).toEqual(['a@1']);
+    expect(await w.store.read('g')).toBeNull();
+    b.start();
+    await w.advance(20);
+    expect(elected).toEqual(['a@1', 'b@3']);
+    await w.advance(a.timing.retryMs);
+    expect((await round1).owner).toBe(b.owner);
+    expect(await w.store.read('g/transfer-to')).toBeNull(); // withdrawn once b led
+
+    // Round 2, still within what round 1's hint had left (3 TTLs from ~t=101).
+    const started = w.clock.now();
+    expect(started).toBeLessThan(101 + 3 * b.timing.ttlMs - b.timing.renewIntervalMs);
+    let takenOverAt: number | null = null;
+    const round2 = b.transferTo('c').then((lease) => {
+      takenOverAt = w.clock.now();
+      return lease;
+    });
+    await w.advance(b.timing.renewIntervalMs + 2 * b.timing.retryMs);
+    expect(takenOverAt).not.toBeNull();
+    expect((await round2).owner).toBe(c.owner);
+    // Nobody but c led after b: any candidate that won meanwhile (a, back from its resign) gave its term back.
+    expect(elected.slice(0, 2)).toEqual(['a@1', 'b@3']);
+    expect(elected.slice(2).map((x) => x.split('@')[0])).toEqual(['c']);
+    expect(c.isLeader).toBe(true);
+    for (const e of [a, b, c]) await e.stop();
+  });
+});

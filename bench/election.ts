@@ -54,6 +54,13 @@ export interface ElectionBenchConfig {
   readonly crashGoal?: Goal | null;
   /** Measure crash failover to the new leader's first fenced append as well (see the file comment). */
   readonly firstWrite?: boolean;
+  /**
+   * Whether every candidate is at rest, waiting in line, beside a settled leader (etcd: all of
+   * them in the name's waiting room), checked before each graceful stop. Without it a restarted
+   * node may still be starting (its first calls) when the leader stops. etcdctl's bench waits
+   * the same way (all three candidate keys in) before each resign.
+   */
+  atRest?(storeArg: string, waiting: number): Promise<boolean>;
   /** Watch the store for the removal of the dead holder's record (etcd: the delete of its key). */
   removals?(storeArg: string): Promise<RemovalLog>;
   /** Goal on `key-deleted-to-elected` when `removals` is given. */
@@ -171,6 +178,8 @@ export function electionBenchmark(config: ElectionBenchConfig): Benchmark {
         const seenToElected: number[] = [];
         for (let cycle = 1; cycle <= options.cycles; cycle++) {
           const { node: leader, owner: oldOwner } = await settled();
+          const atRest = config.atRest;
+          if (atRest) await pollUntil('every candidate waiting in line', WAIT_MS, () => atRest(storeArg, nodeCount - 1), 5);
           const others = nodes.filter((n) => n !== leader);
           const marks = others.map((n) => n.proc.events.length);
           const from = leader.proc.events.length;

@@ -42,6 +42,21 @@ function parseEtcdArg(storeArg: string): { hosts: string[]; namespace: string } 
 }
 
 /** Timestamp (host-monotonic) every deletion of a key under `prefix`, as a watch reports it. */
+/** One client per etcd URL for `waitingRoomFull` (the bench's private etcd lives for the whole run). */
+const restClients = new Map<string, etcd3.Etcd3>();
+
+/** Whether `waiting` tenure candidates wait in the waiting room of the bench's group (`\0tenure/wait/GROUP\0<lease>`). */
+async function waitingRoomFull(storeArg: string, waiting: number): Promise<boolean> {
+  const { hosts, namespace } = parseEtcdArg(storeArg);
+  let client = restClients.get(storeArg);
+  if (!client) {
+    client = etcdClient(hosts);
+    restClients.set(storeArg, client);
+  }
+  const keys = await client.getAll().prefix(`${namespace}\u0000tenure/wait/${ELECTION_GROUP}\u0000`).keys();
+  return keys.length >= waiting;
+}
+
 async function watchDeletes(hosts: readonly string[], prefix: string): Promise<RemovalLog> {
   const client = etcdClient(hosts);
   const deletes: bigint[] = [];
@@ -68,6 +83,8 @@ export const etcdBenchmarks: readonly Benchmark[] = [
     handoffGoal: { stat: 'p50', max: 10, label: '10 ms (watch push)' },
     // Crash failover is bounded by etcd's own lease expiry; the goal is on what tenure adds to it.
     crashGoal: null,
+    // As etcdctl-election waits for all three candidate keys: every other node in the waiting room.
+    atRest: waitingRoomFull,
     removals: (storeArg) => {
       const { hosts, namespace } = parseEtcdArg(storeArg);
       return watchDeletes(hosts, `${namespace}${ELECTION_GROUP}/`);

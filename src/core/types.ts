@@ -29,6 +29,13 @@ export interface AcquireResult {
   readonly acquired: boolean;
   /** The holder after the call: ours when acquired, the current live holder when not. */
   readonly lease: Lease;
+  /**
+   * True when the store gave the lease to this owner in one atomic step that also found no lease
+   * named `transferHintName(name)` (the etcd store's hand-over in a release). A hand-over hint
+   * read after this win can then be skipped: it could only find a hint written after the win,
+   * which only the winner may write. Absent (or false) means nothing is known: read it.
+   */
+  readonly noTransferHint?: boolean;
 }
 
 export interface RenewResult {

@@ -269,3 +269,16 @@ export function checkTablePrefix(value: unknown): string {
 export function checkPurgePrefix(value: unknown): string {
   return checkName('prefix', value);
 }
+
+/**
+ * The name of a group's hand-over hint, `GROUP/transfer-to` (the lease `LeaderElector.transferTo`
+ * writes, naming the node to hand over to), or null when that is longer than a lease name may be.
+ * Stores that hand a lease over in a release check it is not held (see `AcquireResult.noTransferHint`).
+ */
+export function transferHintName(group: string): string | null {
+  try {
+    return checkName('group', `${group}/transfer-to`);
+  } catch {
+    return null;
+  }
+}

@@ -18,7 +18,7 @@
  *    settled, lease released), the fault is reported once as `store-error`, and the loop tries
  *    again after a back-off that doubles from retryMs up to the TTL.
  */
-import { InvalidArgumentError, NotLeaderError, StoreUnavailableError, TransferError, checkMs, checkName, checkOwner, nodeIdOf, sleep, isLogger, limits, makeIncarnation, makeToken, leaderDeadline, resolveTiming, systemClock, systemRandom, encodeMeta, writeLog } from '../core/index.js';
+import { InvalidArgumentError, NotLeaderError, StoreUnavailableError, TransferError, checkMs, checkName, checkOwner, nodeIdOf, sleep, isLogger, limits, makeIncarnation, makeToken, leaderDeadline, resolveTiming, systemClock, systemRandom, encodeMeta, transferHintName, writeLog } from '../core/index.js';
 import type { AcquireResult, Clock, FencingToken, Lease, LeaseMeta, LogFields, LogLevel, Logger, Random, RenewResult, Store, Timing, TimingOptions, Unsubscribe } from '../core/index.js';
 import { hostname } from 'node:os';
 import { initialState, step } from './elector-machine.js';
@@ -452,7 +452,8 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
    * matter: a hint that cannot be read lets the win be led.
    */
   private async holdBack(r: AcquireResult): Promise<number> {
-    if (!r.acquired || this.transferName === null) return 0;
+    // Given over by a release that found no hint held (see AcquireResult.noTransferHint): none to read.
+    if (!r.acquired || this.transferName === null || r.noTransferHint === true) return 0;
     let hint: Lease | null;
     try {
       hint = await this.store.read(this.transferName);
@@ -854,14 +855,6 @@ function toError(err: unknown): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
 
-/** `GROUP/transfer-to`, or null when that is longer than a lease name may be. */
-function transferHintName(group: string): string | null {
-  try {
-    return checkName('group', `${group}/transfer-to`);
-  } catch {
-    return null;
-  }
-}
 
 function defaultNodeId(): string {
   return `${hostname()}-${process.pid}`;

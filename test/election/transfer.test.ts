@@ -11,9 +11,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, NotLeaderError, TransferError } from '../../src/core/index.js';
 import type { Store } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
+import { EtcdStore } from '../../src/stores/etcd/index.js';
 import { MysqlStore } from '../../src/stores/mysql/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
+import { startEtcd } from '../stores/etcd-harness.js';
 import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
 
 /** A store backend: `client()` opens one more client of the same, fresh, database. */
@@ -43,6 +45,15 @@ const places: { name: string; open(): Promise<Place> }[] = [
     open: async () => {
       const db = await createMysqlDatabase();
       return { client: () => new MysqlStore({ url: db.url }), drop: () => db.drop() };
+    },
+  },
+  {
+    // Hand-over in the release (the waiting room): the release must not give the lease to the
+    // oldest waiter while the hint names another node.
+    name: 'etcd',
+    open: async () => {
+      const cluster = await startEtcd(1);
+      return { client: () => new EtcdStore({ hosts: cluster.hosts }), drop: () => cluster.stop() };
     },
   },
 ];

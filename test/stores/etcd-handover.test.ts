@@ -84,13 +84,15 @@ describe('EtcdStore hand-over on release', () => {
     expect(wc.seen).toEqual(['a~1@1', 'b~1@2']);
     const [holder, ...rest] = await candidates(name);
     expect(rest).toEqual([]);
-    expect(JSON.parse(holder!.value)).toMatchObject({ owner: 'b~1', term: 2 });
+    // noHint: the txn found no hand-over hint (NAME/transfer-to) held.
+    expect(JSON.parse(holder!.value)).toMatchObject({ owner: 'b~1', term: 2, noHint: true });
     expect(holder).toMatchObject({ key: `${name}/${bLease}`, leaseHex: bLease }); // on b's own lease, named as Go names it
     expect(await waiters(name)).toEqual([]); // b left the waiting room in the same txn
     expect(await counter(name)).toBe(2);
 
     // b claims it: its acquire gets term 2 (the term the release issued), and it is b's to renew and release.
-    expect(await b.acquire(name, 'b~1', 2000)).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 2 } });
+    // The claim says no hint was held, so an elector need not read one.
+    expect(await b.acquire(name, 'b~1', 2000)).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 2 }, noTransferHint: true });
     expect(await c.acquire(name, 'c~1', 2000)).toMatchObject({ acquired: false, lease: { owner: 'b~1', term: 2 } });
     expect(await b.renew(name, 'b~1', 2, 2000)).toMatchObject({ renewed: true });
     expect(await a.release(name, 'a~1', 1)).toBe(false); // the old holder's retried release deletes nothing
@@ -128,6 +130,47 @@ describe('EtcdStore hand-over on release', () => {
     expect(await a.release(name, 'a~1', 1)).toBe(false);
     wb.stop();
     wc.stop();
+  });
+
+  it('never hands over while the hand-over hint NAME/transfer-to is held: a plain release, and the winner is told nothing of hints', async () => {
+    const name = unique('hinted');
+    // A hint older than the holder's key (an earlier leader's, still held), so the check that
+    // the holder's key is the newest under NAME/ does not stop the hand-over: the hint check must.
+    expect(await admin.acquire(`${name}/transfer-to`, 'x~1', 5000, { to: 'c' })).toMatchObject({ acquired: true });
+    const { a, b, wa, wb } = await holderAndWaiter(name);
+    await waitUntil(() => wa.seen.includes('a~1@1'));
+    expect(await a.release(name, 'a~1', 1)).toBe(true);
+    await waitUntil(() => wb.seen.includes(null));
+    expect(wb.seen).toEqual(['a~1@1', null]); // the name was free: nothing handed over
+    expect(await counter(name)).toBe(1);
+    const won = await b.acquire(name, 'b~1', 2000);
+    expect(won).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 2 } });
+    expect(won.noTransferHint).toBeUndefined();
+    wa.stop();
+    wb.stop();
+  });
+
+  it('warms the hand-over txn once, a little after it first holds a name it watches, and writes nothing', async () => {
+    const name = unique('warm');
+    const a = store();
+    const sent: { what: string; succeeded: boolean }[] = [];
+    const txn = a.connection.txn.bind(a.connection);
+    a.connection.txn = async (what, compare, success, failure) => {
+      const res = await txn(what, compare, success, failure);
+      sent.push({ what, succeeded: res.succeeded });
+      return res;
+    };
+    const wa = record(a, name);
+    expect(await a.acquire(name, 'a~1', 2000)).toMatchObject({ acquired: true });
+    expect(await a.acquire(`${name}-2`, 'a~1', 2000)).toMatchObject({ acquired: true }); // not watched: no warm-up for it
+    const revision = Number((await admin.client.get('x').exec()).header.revision);
+    await waitUntil(() => sent.some((t) => t.what.startsWith('warm ')));
+    await new Promise((r) => setTimeout(r, 400));
+    expect(sent.filter((t) => t.what.startsWith('warm '))).toEqual([{ what: `warm ${name}`, succeeded: false }]);
+    expect(Number((await admin.client.get('x').exec()).header.revision)).toBe(revision); // nothing written
+    expect((await candidates(name)).map((c) => JSON.parse(c.value).owner)).toEqual(['a~1']);
+    expect(await counter(name)).toBe(1);
+    wa.stop();
   });
 
   it('a waiter that stops watching leaves the waiting room, and the release is a plain one', async () => {
@@ -205,5 +248,47 @@ describe('LeaderElector over EtcdStore: the queued candidate takes over on relea
       expect((await candidates(group)).map((c) => JSON.parse(c.value).owner)).toEqual([elected.owner]);
     }
     for (const e of running) await e.stop();
+  });
+
+  it('transferTo a node that is not the oldest waiter: the hint stops the hand-over and the named node leads; a plain hand-over reads no hint', async () => {
+    const group = unique('transfer');
+    const hintReads = new Map<string, number>();
+    /** An EtcdStore whose reads of the hint are counted per node. */
+    const counted = (id: string): EtcdStore =>
+      new Proxy(store(), {
+        get(target, prop, receiver) {
+          if (prop === 'read') {
+            return (name: string) => {
+              if (name === `${group}/transfer-to`) hintReads.set(id, (hintReads.get(id) ?? 0) + 1);
+              return target.read(name);
+            };
+          }
+          const v = Reflect.get(target, prop, receiver) as unknown;
+          return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+        },
+      });
+    const [n1, n2, n3] = ['n1', 'n2', 'n3'].map((id) => new LeaderElector({ store: counted(id), group, id, ttlMs: 2000 }));
+    n1!.start();
+    await waitUntil(() => n1!.isLeader);
+    n2!.start();
+    await waitUntil(async () => (await waiters(group)).length === 1);
+    n3!.start();
+    await waitUntil(async () => (await waiters(group)).length === 2);
+    // n2 waits longest: a release would hand over to it, but the hint names n3.
+    const lease = await n1!.transferTo('n3');
+    expect(lease.owner).toBe(n3!.owner);
+    expect(n3!.isLeader).toBe(true);
+    expect(n2!.isLeader).toBe(false);
+    expect(lease.term).toBeGreaterThanOrEqual(2);
+    // A plain stop now hands over to a waiter, which leads without reading the hint.
+    await waitUntil(async () => (await waiters(group)).length === 2);
+    const before = new Map(hintReads);
+    const next = Promise.race([n1!, n2!].map((e) => new Promise<LeaderElector>((r) => e.once('elected', () => r(e)))));
+    await n3!.stop();
+    const elected = await next;
+    expect(elected.term).toBe(lease.term + 1); // handed over: exactly the next term
+    const id = elected === n1 ? 'n1' : 'n2';
+    expect(hintReads.get(id) ?? 0).toBe(before.get(id) ?? 0);
+    for (const e of [n1!, n2!]) await e.stop();
   });
 });

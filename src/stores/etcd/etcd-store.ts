@@ -545,7 +545,9 @@ export class EtcdStore implements Store {
    */
   private syncWaiterWatch(name: string): void {
     if (!this.watched.has(name)) return;
-    this.room.follow(name, this.held.has(name));
+    const held = this.held.get(name);
+    this.room.follow(name, held !== undefined);
+    if (held) this.room.warm(name, held);
   }
 
   /** A snapshot from the answer to `snapshotOps` (run alone, or as the failure branch of a txn). */
@@ -572,7 +574,7 @@ export class EtcdStore implements Store {
   }
 
   private noteHeld(name: string, owner: string, term: number, key: Buffer, createRevision: string, leaseId: string): void {
-    this.held.set(name, { owner, term, key, createRevision, leaseId, handedOver: false });
+    this.held.set(name, { owner, term, key, createRevision, leaseId, handedOver: false, noHint: false });
     // A spare of the new holder's own (say, granted while this acquire was on its way) leaves
     // the waiting room: a release must never hand the name to its holder.
     this.spares.dropOwnedBy(name, owner);
@@ -613,7 +615,7 @@ export class EtcdStore implements Store {
 
   private adopt(name: string, kv: IKeyValue, value: TenureValue, leaseId: string, ttlSeconds: number, aliveSince: number): void {
     this.own.set(leaseId, { ttlSeconds, sentAt: aliveSince, spare: true });
-    this.held.set(name, { owner: value.owner, term: value.term, key: kv.key, createRevision: kv.create_revision, leaseId, handedOver: true });
+    this.held.set(name, { owner: value.owner, term: value.term, key: kv.key, createRevision: kv.create_revision, leaseId, handedOver: true, noHint: value.noHint === true });
     this.syncWaiterWatch(name);
     this.noteTerm(name, value.term);
   }
@@ -633,7 +635,7 @@ export class EtcdStore implements Store {
     const w = this.watched.get(name);
     const id = `${owner}@${h.term}`;
     // Only as the watch still reports it, and as it was written (else extend() updates it).
-    const value = encodeValue({ owner, term: h.term, ttlMs, meta });
+    const value = encodeValue({ owner, term: h.term, ttlMs, meta, noHint: h.noHint });
     if (!own || own.ttlSeconds < ttlSecondsFor(ttlMs) || w?.last !== id || !value.equals(w.lastValue ?? Buffer.alloc(0))) return null;
     const conn = this.connection;
     const sentAt = conn.clock.now();
@@ -644,7 +646,7 @@ export class EtcdStore implements Store {
       // (rule 2), and the key the watch reported is on it. Nothing to send.
       h.handedOver = false;
       this.spares.dropOwnedBy(name, owner);
-      return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) } };
+      return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) }, ...(h.noHint ? { noTransferHint: true } : {}) };
     }
     const ttlSeconds = await conn.keepAliveOnce(h.leaseId); // no answer: unknown (rule 3); the next acquire tries again
     if (this.held.get(name) !== h) return null;
@@ -657,7 +659,7 @@ export class EtcdStore implements Store {
     h.handedOver = false;
     this.own.set(h.leaseId, { ttlSeconds, sentAt, spare: true });
     this.spares.dropOwnedBy(name, owner);
-    return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) } };
+    return { acquired: true, lease: { name, owner, term: h.term, meta, ttlMs, remainingMs: this.remainingOf(h.leaseId) }, ...(h.noHint ? { noTransferHint: true } : {}) };
   }
 
   /**

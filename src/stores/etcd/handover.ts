@@ -23,10 +23,11 @@
  * - The releaser's emptied lease is revoked REVOKE_DELAY_MS later, so the waiter's claim does not
  *   wait behind that revoke's commit; a store closed by then leaves the empty lease to expire.
  */
+import { transferHintName } from '../../core/index.js';
 import type { LeaseMeta } from '../../core/index.js';
 import { CandidateWatch } from './candidate-watch.js';
 import type { EtcdConnection } from './connection.js';
-import type { IKeyValue, IRequestOp } from './driver.js';
+import type { ICompare, IKeyValue, IRequestOp } from './driver.js';
 import { decodeValue, encodeValue, prefixEnd, rangeStart, sameLease } from './keys.js';
 
 /** The key this process put for a lease it acquired: what `release` needs to delete it in one txn. */
@@ -41,6 +42,8 @@ export interface HeldKey {
    * not yet confirmed by an acquire of its owner: the next acquire claims it (`claimHandover`).
    */
   handedOver: boolean;
+  /** Handed over by a release that found no hand-over hint held (`TenureValue.noHint`). */
+  noHint: boolean;
 }
 
 /** A waiting tenure candidate as read from the waiting room (`KeyLayout.waiters`). */
@@ -59,6 +62,9 @@ export interface HandedOver {
   readonly emptiedLease: string | null;
 }
 
+/** How long after it first holds a name a store warms the hand-over txn (see `warm`). */
+const WARM_DELAY_MS = 250;
+
 /** How long after a hand-over the releaser revokes its emptied lease (see `handOver`). */
 const REVOKE_DELAY_MS = 200;
 
@@ -67,7 +73,9 @@ export class WaitingRoom {
   private readonly waiting = new Map<string, Waiter[]>();
   /** The watch on the waiting room of each name this process holds and watches. */
   private readonly watches = new Map<string, CandidateWatch>();
-  /** Revokes of emptied leases not sent yet (see `revokeSoon`). */
+  /** Whether `warm` has run. */
+  private warmed = false;
+  /** Revokes of emptied leases not sent yet (see `revokeSoon`), and the warm-up's timer (see `warm`). */
   private readonly revokes = new Set<() => void>();
 
   constructor(private readonly connection: EtcdConnection) {}
@@ -119,35 +127,8 @@ export class WaitingRoom {
     if (held.term >= Number.MAX_SAFE_INTEGER) return null;
     const to = this.waiting.get(name)?.find((w) => w.owner !== held.owner && !sameLease(w.leaseId, held.leaseId));
     if (!to) return null;
-    const conn = this.connection;
-    const prefix = conn.layout.candidates(name);
-    const termKey = conn.layout.term(name);
-    const next = held.term + 1;
-    const res = await conn.txn(
-      `release ${name}`,
-      [
-        // Our own key, the one this process put (rule 6)...
-        { key: held.key, target: 'Create', result: 'Equal', create_revision: held.createRevision },
-        // ...is the only candidate: nobody (Go, etcdctl) waits in line under N/ to be skipped...
-        { key: rangeStart(prefix), range_end: prefixEnd(prefix), target: 'Create', result: 'Less', create_revision: String(Number(held.createRevision) + 1) },
-        // ...the waiter is still there as we read it (so its lease lives, and its value is current)...
-        { key: to.key, target: 'Mod', result: 'Equal', mod_revision: to.modRevision },
-        // ...and the counter still says our term (rule 4: the next one is issued here, once).
-        { key: termKey, target: 'Value', result: 'Equal', value: Buffer.from(String(held.term)) },
-      ],
-      [
-        { request_delete_range: { key: held.key, prev_kv: true } },
-        { request_delete_range: { key: to.key } },
-        {
-          request_put: {
-            key: conn.layout.candidate(name, to.leaseId),
-            value: encodeValue({ owner: to.owner, term: next, ttlMs: to.ttlMs, meta: to.meta }),
-            lease: to.leaseId,
-          },
-        },
-        { request_put: { key: termKey, value: Buffer.from(String(next)) } },
-      ],
-    );
+    const { compare, success } = this.handOverTxn(name, held, to);
+    const res = await this.connection.txn(`release ${name}`, compare, success);
     if (!res.succeeded) {
       // Stale knowledge (the waiter left, or someone queued): forget it; a plain release follows.
       this.waiting.delete(name);
@@ -155,7 +136,73 @@ export class WaitingRoom {
     }
     this.waiting.set(name, (this.waiting.get(name) ?? []).filter((w) => w !== to));
     const prev = res.responses[0]?.response_delete_range?.prev_kvs?.[0];
-    return { term: next, emptiedLease: prev ? prev.lease : null };
+    return { term: held.term + 1, emptiedLease: prev ? prev.lease : null };
+  }
+
+  /** The hand-over txn of `held` to `to` (see the module comment): its guards and its writes. */
+  private handOverTxn(name: string, held: HeldKey, to: Waiter): { compare: ICompare[]; success: IRequestOp[] } {
+    const conn = this.connection;
+    const prefix = conn.layout.candidates(name);
+    const termKey = conn.layout.term(name);
+    const next = held.term + 1;
+    // The group's hand-over hint (`GROUP/transfer-to`, LeaderElector.transferTo) must not be held:
+    // a leader handing over to a named node writes it, then releases, and that release must not
+    // give the lease to the oldest waiter instead. Checked in the txn, so the waiter, told so in
+    // its value, need not read the hint after its win (AcquireResult.noTransferHint).
+    const hint = transferHintName(name);
+    const hintPrefix = hint === null ? null : conn.layout.candidates(hint);
+    const compare: ICompare[] = [
+      // Our own key, the one this process put (rule 6)...
+      { key: held.key, target: 'Create', result: 'Equal', create_revision: held.createRevision },
+      // ...is the only candidate: nobody (Go, etcdctl) waits in line under N/ to be skipped...
+      { key: rangeStart(prefix), range_end: prefixEnd(prefix), target: 'Create', result: 'Less', create_revision: String(Number(held.createRevision) + 1) },
+      // ...the waiter is still there as we read it (so its lease lives, and its value is current)...
+      { key: to.key, target: 'Mod', result: 'Equal', mod_revision: to.modRevision },
+      // ...and the counter still says our term (rule 4: the next one is issued here, once)...
+      { key: termKey, target: 'Value', result: 'Equal', value: Buffer.from(String(held.term)) },
+    ];
+    // ...and no hand-over hint is held (an empty range compares as create revision 0).
+    if (hintPrefix !== null) compare.push({ key: hintPrefix, range_end: prefixEnd(hintPrefix), target: 'Create', result: 'Equal', create_revision: '0' });
+    const success: IRequestOp[] = [
+      { request_delete_range: { key: held.key, prev_kv: true } },
+      { request_delete_range: { key: to.key } },
+      {
+        request_put: {
+          key: conn.layout.candidate(name, to.leaseId),
+          value: encodeValue({ owner: to.owner, term: next, ttlMs: to.ttlMs, meta: to.meta, noHint: hintPrefix !== null }),
+          lease: to.leaseId,
+        },
+      },
+      { request_put: { key: termKey, value: Buffer.from(String(next)) } },
+    ];
+    return { compare, success };
+  }
+
+  /**
+   * Once per store, when it first holds a name it watches: build a hand-over txn of `held` and
+   * send it with a guard that never holds (no key has a mod revision below 0), so nothing is
+   * written. A release is most often a process's first and only one (a rolling restart): without
+   * this, building and encoding the hand-over's messages for the first time in that process (the
+   * gRPC layer generates its encoders on first use) added milliseconds to the hand-over itself.
+   */
+  warm(name: string, held: HeldKey): void {
+    if (this.warmed) return;
+    this.warmed = true;
+    // Later, not now: a new holder's first moments are its claim and its first renews.
+    const cancel = this.connection.clock.setTimer(WARM_DELAY_MS, () => {
+      this.revokes.delete(cancel);
+      if (!this.connection.isClosed) this.sendWarm(name, held);
+    });
+    this.revokes.add(cancel);
+  }
+
+  private sendWarm(name: string, held: HeldKey): void {
+    // Keys of no one (lease 0 is no lease), so the txn is well formed (no key twice) and the
+    // guard is what keeps it from writing.
+    const dummy: Waiter = { key: this.connection.layout.waiter(name, '0'), modRevision: '0', leaseId: '0', owner: held.owner, ttlMs: 1000, meta: {} };
+    const { compare, success } = this.handOverTxn(name, held, dummy);
+    const never: ICompare = { key: held.key, target: 'Mod', result: 'Less', mod_revision: '0' };
+    void this.connection.txn(`warm ${name}`, [never, ...compare], success).catch(() => {});
   }
 
   /**

@@ -149,10 +149,15 @@ export interface TenureValue {
   readonly term: number;
   readonly ttlMs: number;
   readonly meta: LeaseMeta;
+  /**
+   * Put by a hand-over whose txn found no hand-over hint held (`handover.ts`): the winner need not
+   * read one (`AcquireResult.noTransferHint`). Older versions ignore the field.
+   */
+  readonly noHint?: boolean;
 }
 
 export function encodeValue(v: TenureValue): Buffer {
-  return Buffer.from(JSON.stringify({ tenure: 1, owner: v.owner, term: v.term, ttlMs: v.ttlMs, meta: v.meta }));
+  return Buffer.from(JSON.stringify({ tenure: 1, owner: v.owner, term: v.term, ttlMs: v.ttlMs, meta: v.meta, ...(v.noHint === true ? { noHint: true } : {}) }));
 }
 
 /**
@@ -164,7 +169,8 @@ export function decodeValue(value: Buffer | undefined): TenureValue | null {
   try {
     const v = JSON.parse(value.toString()) as Partial<TenureValue> & { tenure?: unknown };
     if (v.tenure !== 1 || typeof v.owner !== 'string' || typeof v.term !== 'number' || typeof v.ttlMs !== 'number') return null;
-    return { owner: v.owner, term: v.term, ttlMs: v.ttlMs, meta: typeof v.meta === 'object' && v.meta !== null ? v.meta : {} };
+    const meta = typeof v.meta === 'object' && v.meta !== null ? v.meta : {};
+    return { owner: v.owner, term: v.term, ttlMs: v.ttlMs, meta, ...(v.noHint === true ? { noHint: true } : {}) };
   } catch {
     return null;
   }

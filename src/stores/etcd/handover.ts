@@ -15,6 +15,11 @@
  * - A hand-over touches only the releaser's own key, compared on its create revision (rule 6).
  * - It never skips a queue: it happens only when the releaser's key is the only candidate under
  *   `N/` (a Go or etcdctl waiter keeps its place), else a plain release follows.
+ * - It never overrides a hand-over hint: nothing may be held under `N/transfer-to/` (the hint
+ *   LeaderElector.transferTo takes before it releases, of any age); the value it puts says so
+ *   (`noHint`), and the winner skips its hint read (AcquireResult.noTransferHint).
+ * - Once per store, a while after it first holds a watched name, the same txn is sent behind a
+ *   guard no key passes (`warm`): nothing is written; the real one is then not the process's first.
  * - The waiter is taken only as last read (its key's mod revision), so its lease lives and its
  *   value (owner, TTL, meta) is current; never the holder itself, nor a key on the holder's lease.
  * - The next term is issued here once: the txn compares the counter with the held term (rule 4);

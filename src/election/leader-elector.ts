@@ -855,7 +855,6 @@ function toError(err: unknown): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
 
-
 function defaultNodeId(): string {
   return `${hostname()}-${process.pid}`;
 }

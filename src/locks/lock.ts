@@ -3,7 +3,7 @@
  * Built on LeaderElector, so it inherits the deadline rule: `handle.signal` aborts before the
  * lease could expire if renewals stop succeeding.
  */
-import { LockTimeoutError, NotLeaderError, TenureError, TypedEmitter, checkMs, limits, systemClock } from '../core/index.js';
+import { LockTimeoutError, NotLeaderError, StoreUnavailableError, TenureError, TypedEmitter, checkMs, limits, systemClock } from '../core/index.js';
 import type { Clock, FencingToken, LeaseMeta, Logger, Random, Store, TimingOptions } from '../core/index.js';
 import { LeaderElector } from '../election/index.js';
 import type { DeposedReason } from '../election/index.js';
@@ -147,9 +147,11 @@ export class Lock {
 
   /**
    * One attempt, no wait: the handle when the lock was free and is now held, `null` when another
-   * holder has it. Rejects with the store's StoreUnavailableError when that one attempt got no
-   * answer to go by (the store may still have granted it: a grant nobody renews lapses at its
-   * TTL), with the signal's reason on abort, and with a fault as `acquire` does.
+   * holder has it. Rejects with StoreUnavailableError when that one attempt got no answer to go
+   * by: none in time (the store's own error), or a grant that came back after the lease's
+   * deadline, too late to hold (the store may have granted it either way: a grant nobody renews
+   * lapses at its TTL). Rejects with the signal's reason on abort, and with a fault as `acquire`
+   * does.
    */
   async tryAcquire(options: { signal?: AbortSignal } = {}): Promise<LockHandle | null> {
     const outage: { error: Error | null } = { error: null };
@@ -187,10 +189,18 @@ export class Lock {
         }
         fail(error);
       };
+      // A win whose answer came after its own deadline (a slow store) is not a holder elsewhere:
+      // tryAcquire's one attempt reports it as the outage it is, never as `null`.
+      const onLate = ({ term, reason }: { term: number; reason: DeposedReason }): void => {
+        if (outage && reason === 'late') {
+          outage.error = new StoreUnavailableError(`lock ${this.name}: the ${this.store.kind} store granted term ${term} after the lease's deadline, too late to hold it (the grant lapses unrenewed)`);
+        }
+      };
       const onAbort = (): void => fail(signal?.reason ?? new LockTimeoutError(this.name, waitMs ?? 0));
       const cleanup = (): void => {
         cancelTimer();
         elector.off('store-error', onStoreError);
+        elector.off('deposed', onLate);
         signal?.removeEventListener('abort', onAbort);
       };
       if (signal?.aborted) {
@@ -206,6 +216,7 @@ export class Lock {
         });
       }
       elector.on('store-error', onStoreError);
+      elector.on('deposed', onLate);
       elector.once('elected', ({ token }) => {
         elector.off('store-error', onStoreError);
         if (settled) return;

@@ -23,12 +23,17 @@ async function leader(box: Sandbox): Promise<{ store: TenureStore; token: Fencin
   return { store, token: { lease: 'feed-leader', term: r.lease.term } };
 }
 
-function jsonLines(path: string): { seq: number; lease: string; term: number; payload: string }[] {
+/**
+ * The lines CMD wrote to OUT. While a CMD may still be appending, the file can end inside a line
+ * (a read can see one page of an append that spans two), so a poll takes only whole lines; once
+ * every CMD is done (`whole`), a line without its newline fails the test.
+ */
+function jsonLines(path: string, whole = false): { seq: number; lease: string; term: number; payload: string }[] {
   if (!existsSync(path)) return [];
-  return readFileSync(path, 'utf8')
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as { seq: number; lease: string; term: number; payload: string });
+  const lines = readFileSync(path, 'utf8').split('\n');
+  const tail = lines.pop()!;
+  if (whole && tail !== '') throw new Error(`${path} ends inside a line: ${JSON.stringify(tail)}`);
+  return lines.map((l) => JSON.parse(l) as { seq: number; lease: string; term: number; payload: string });
 }
 
 const stateOf = (path: string): string => (existsSync(path) ? readFileSync(path, 'utf8') : '');
@@ -64,7 +69,7 @@ describe('tenure follow', () => {
     second.signal('SIGINT');
     expect((await second.exited).code).toBe(130);
 
-    const got = jsonLines(out);
+    const got = jsonLines(out, true);
     expect(got.map((e) => e.seq)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
     expect(got[6]).toEqual({ seq: 7, lease: 'feed-leader', term: token.term, payload: 'two\nlines' });
     expect(got[29]!.payload).toBe('entry 30');
@@ -86,6 +91,8 @@ describe('tenure follow', () => {
         if (appended % 2 === 0) await sleep(5);
       }
     })();
+    // Awaited below; a test that fails before then closes the store under it: not unhandled.
+    writer.catch(() => {});
     const out = join(box.dir, 'out.jsonl');
     const state = join(box.dir, 'feed.seq');
     const args = ['follow', '--stream', 'feed', '--state', state, ...flags, '--poll', '5ms', '--', ...consumer(out, ack)];
@@ -107,7 +114,7 @@ describe('tenure follow', () => {
     last.signal('SIGTERM');
     await last.exited;
 
-    const seqs = jsonLines(out).map((e) => e.seq);
+    const seqs = jsonLines(out, true).map((e) => e.seq);
     // Nothing lost, order kept: with duplicates removed, the lines are exactly 1..TOTAL.
     let high = 0;
     const firsts = seqs.filter((s) => (s > high ? ((high = s), true) : false));
@@ -140,7 +147,7 @@ describe('tenure follow', () => {
     await waitUntil('the second entry delivered', () => stateOf(state) === '2\n');
     third.signal('SIGTERM');
     expect((await third.exited).code).toBe(143);
-    expect(jsonLines(out).map((e) => e.payload)).toEqual(['one', 'two']);
+    expect(jsonLines(out, true).map((e) => e.payload)).toEqual(['one', 'two']);
   });
 
   it('a CMD that stops reading does not keep tenure from stopping: SIGTERM reaches it after --grace', { timeout: 60_000 }, async () => {

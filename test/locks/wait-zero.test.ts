@@ -120,6 +120,41 @@ describe('tryAcquire when the store cannot answer', () => {
     expect(err).toBeInstanceOf(StoreUnavailableError);
   });
 
+  it('a grant answered after the lease\'s deadline rejects with StoreUnavailableError, not null (nobody else holds it)', async () => {
+    const db = await createPostgresDatabase();
+    const store = new PostgresStore({ url: db.url });
+    cleanups.push(async () => {
+      await store.close();
+      await db.drop();
+    });
+    // The store grants at once; then the process stalls 1.7 s (a GC pause, SIGSTOP) with the
+    // answer in hand, past a 1500 ms lease: the answer is handled before any timer, too late.
+    let stalls = 1;
+    const slow = new Proxy(store, {
+      get(target, prop, receiver) {
+        if (prop !== 'acquire') return Reflect.get(target, prop, receiver) as unknown;
+        return async (...args: Parameters<Store['acquire']>) => {
+          const r = await target.acquire(...args);
+          const until = performance.now() + (stalls-- > 0 ? 1700 : 0);
+          while (performance.now() < until); // the stall: nothing else runs
+          return r;
+        };
+      },
+    });
+    const name = `late-${randomBytes(4).toString('hex')}`;
+    const err = await new Lock(slow, name, { ttlMs: 1500 }).tryAcquire().then(
+      (h) => h,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(StoreUnavailableError);
+    expect((err as Error).message).toMatch(/after the lease's deadline/);
+    // The grant was made (term 1) and lapsed unrenewed during the stall (the stopping attempt
+    // may have taken and released term 2 on its way out): the name is free again.
+    const next = await new Lock(store, name, { ttlMs: 1500 }).tryAcquire();
+    expect(next?.term).toBeGreaterThanOrEqual(2);
+    await next!.release();
+  });
+
   it('rejects with the signal\'s reason when aborted first', async () => {
     const store = await backends[0]!.open();
     const lock = new Lock(store, `abort-${randomBytes(4).toString('hex')}`, { ttlMs: 5000 });

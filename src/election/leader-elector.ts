@@ -166,6 +166,9 @@ interface Leadership {
   progressAt: number | null;
 }
 
+/** Drops the fenced-rejection listener of an elector collected without stop() (see start()). */
+const unhearOnCollect = new FinalizationRegistry<() => void>((unhear) => unhear());
+
 export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   readonly group: string;
   /** This instance's incarnation id, used as the lease owner. */
@@ -302,10 +305,15 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     this.started = true;
     // A stale rejection stops the writer: a fenced write refused anywhere in this process with
     // this leadership's token (stream, SQL, HTTP, message) ends the leadership at once.
-    this.unhearRejections = onFencedRejection(({ error }) => {
-      const l = this.leadership;
-      if (l && error.lease === this.group && error.term === l.term) void this.dispatch({ type: 'fenced', term: l.term });
-    });
+    // The feed is process-wide and outlives any store: it holds this elector weakly, so one that
+    // is dropped without stop() (its store and clock gone, as a crashed node in the simulator)
+    // is not kept alive by it, and its listener goes when it is collected.
+    const unhear = LeaderElector.hearRejections(new WeakRef(this));
+    unhearOnCollect.register(this, unhear, this);
+    this.unhearRejections = () => {
+      unhear();
+      unhearOnCollect.unregister(this);
+    };
     try {
       if (this.store.watch) this.unwatch = this.store.watch(this.group, (lease) => this.dispatch({ type: 'push', lease }));
     } catch (err) {
@@ -313,6 +321,17 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       this.emit('store-error', { operation: 'watch', error: toError(err) });
     }
     this.dispatch({ type: 'start' });
+  }
+
+  /** The listener, made here so that its closure holds nothing but the weak reference. */
+  private static hearRejections(self: WeakRef<LeaderElector>): () => void {
+    return onFencedRejection(({ error }) => self.deref()?.heardRejection(error.lease, error.term));
+  }
+
+  /** A fenced write refused in this process: this leadership's own token ends it at once. */
+  private heardRejection(lease: string, term: number): void {
+    const l = this.leadership;
+    if (l && lease === this.group && term === l.term) void this.dispatch({ type: 'fenced', term: l.term });
   }
 
   /**

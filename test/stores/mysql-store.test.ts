@@ -137,6 +137,35 @@ describe('mysql store: on the shared server', () => {
     expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
   });
 
+  it('migrates a version 6 schema in place, and an acquire tells a win with no live hand-over hint (noTransferHint) from one with it', async () => {
+    const old = open({ tablePrefix: 'v6_' });
+    const held = await old.acquire('g', 'a~1', 60_000);
+    // What tenure with schema version 6 left behind: an acquire procedure without `hinted`.
+    await pool.query('DROP PROCEDURE v6_acquire');
+    await pool.query("UPDATE v6_schema SET value = '6' WHERE `key` = 'version'");
+    const store = open({ tablePrefix: 'v6_' });
+    expect(await store.acquire('g', 'b~1', 60_000)).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: held.lease.term } });
+    const [v] = await pool.query("SELECT value FROM v6_schema WHERE `key` = 'version'");
+    expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
+    // No hint: the win says so; a loss says nothing.
+    expect(await store.release('g', 'a~1', held.lease.term)).toBe(true);
+    const plain = await store.acquire('g', 'b~1', 60_000);
+    expect(plain).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: held.lease.term + 1 }, noTransferHint: true });
+    expect((await store.acquire('g', 'c~1', 60_000)).noTransferHint).toBeUndefined();
+    // A live hint (the leader takes it before it releases): the winner must read it.
+    await store.acquire('g/transfer-to', 'b~1', 60_000, { to: 'c' });
+    expect(await store.release('g', 'b~1', plain.lease.term)).toBe(true);
+    const hinted = await store.acquire('g', 'd~1', 60_000);
+    expect(hinted.acquired).toBe(true);
+    expect(hinted.noTransferHint).toBeUndefined();
+    // A released or lapsed hint is no hint.
+    await store.release('g/transfer-to', 'b~1', 1);
+    await store.release('g', 'd~1', hinted.lease.term);
+    expect(await store.acquire('g', 'e~1', 60_000)).toMatchObject({ acquired: true, noTransferHint: true });
+    // A renewal of one's own live lease (acquire again) reports it too: nothing to hand over.
+    expect(await store.acquire('g', 'e~1', 60_000)).toMatchObject({ acquired: true, noTransferHint: true });
+  });
+
   it('migrates a version 4 schema (entries without append times) in place: old entries read with the migration time, new ones with the server clock of streamHead', async () => {
     const old = open({ tablePrefix: 'v4_' });
     const g = (await old.acquire('g', 'a~1', 60_000)).lease.term;

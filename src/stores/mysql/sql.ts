@@ -31,8 +31,13 @@ import { checkTablePrefix } from '../../core/index.js';
  *    four: begin, lock the row, write, commit), and `<prefix>wake_wait`, so that a waiter's wake
  *    and its read of the row are one (they were two). Migrating 5 -> 6 creates them; the tables
  *    are unchanged, and a v5 client's acquire transaction decides the same.
+ * 7: `<prefix>acquire` also reports `hinted`: whether a live lease named `NAME/transfer-to` (the
+ *    elector's hand-over hint, core's transferHintName) was there when it won, read inside its
+ *    transaction, so that a winner with none skips its hint read (AcquireResult.noTransferHint).
+ *    Migrating 6 -> 7 replaces the procedure; the tables are unchanged, and a v6 client ignores
+ *    the new column.
  */
-export const SCHEMA_VERSION = 6;
+export const SCHEMA_VERSION = 7;
 
 /** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
 export const checkPrefix = checkTablePrefix;
@@ -196,7 +201,11 @@ export function buildSql(prefix: string): MysqlSql {
       // acquires of neighbouring new names would deadlock on each other's INSERT). A row whose
       // term tenure cannot bump (below 0, or 2^53 - 1 and beyond) is not written: `acquired` is
       // NULL and the caller reports the StoreDataError. The report is read inside the
-      // transaction, so it is the state this call decided on and left.
+      // transaction, so it is the state this call decided on and left; with it `hinted`, the
+      // live hand-over hints `NAME/transfer-to` (0 or 1) read after the decision: a releaser
+      // takes its hint before its release commits, so a win over a released lease sees it.
+      // With none, the winner need not read it (AcquireResult.noTransferHint): a hint written
+      // after the win can only be the winner's own or a deposed leader's late one.
       `DROP PROCEDURE IF EXISTS ${acquireProc}`,
       `CREATE PROCEDURE ${acquireProc}(IN p_name VARBINARY(800), IN p_owner VARBINARY(800), IN p_ttl_us BIGINT, IN p_ttl_ms INT, IN p_meta TEXT)
        MODIFIES SQL DATA
@@ -205,6 +214,7 @@ export function buildSql(prefix: string): MysqlSql {
          DECLARE v_term BIGINT DEFAULT NULL;
          DECLARE v_live INT DEFAULT NULL;
          DECLARE v_acquired INT DEFAULT NULL;
+         DECLARE v_hinted INT DEFAULT NULL;
          DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
          START TRANSACTION;
          SELECT MAX(owner), MAX(term), MAX(${LIVE}) INTO v_owner, v_term, v_live FROM ${L} WHERE name = p_name FOR UPDATE;
@@ -223,7 +233,9 @@ export function buildSql(prefix: string): MysqlSql {
            UPDATE ${L} SET owner = p_owner, term = v_term + 1, expires_at = ${NOW} + INTERVAL p_ttl_us MICROSECOND, ttl_ms = p_ttl_ms, meta = p_meta WHERE name = p_name;
            SET v_acquired = 1;
          END IF;
-         SELECT v_acquired AS acquired, ${COLS} FROM ${L} WHERE name = p_name FOR UPDATE;
+         -- A plain (consistent, non-locking) read: no lock, and no gap lock when there is no hint.
+         SELECT COUNT(*) INTO v_hinted FROM ${L} WHERE name = CONCAT(p_name, '/transfer-to') AND ${LIVE};
+         SELECT v_acquired AS acquired, v_hinted AS hinted, ${COLS} FROM ${L} WHERE name = p_name FOR UPDATE;
          COMMIT;
        END`,
       // A waiter's wait and read, one round trip (see wake.ts): the row is read by the server the

@@ -31,8 +31,8 @@ export interface AcquireResult {
   readonly lease: Lease;
   /**
    * True when the store gave the lease to this owner in one atomic step that also found no lease
-   * named `transferHintName(name)` (the etcd store's hand-over in a release; the MySQL store's
-   * acquire, which reads the hint in its transaction). A hand-over hint
+   * named `transferHintName(name)` (the etcd and PostgreSQL stores' hand-over in a release; the
+   * MySQL store's acquire, which reads the hint in its transaction). A hand-over hint
    * read after this win can then be skipped: it could only find a hint written after the win,
    * which only the winner may write. Absent (or false) means nothing is known: read it.
    */

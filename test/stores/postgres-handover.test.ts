@@ -102,6 +102,7 @@ describe('PostgresStore hand-over on release', () => {
     const claimed = await b.acquire(name, 'b~1', 2000, { role: 'b' });
     expect(claimed).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 2, meta: { role: 'b' }, ttlMs: 2000 } });
     expect(claimed.lease.remainingMs).toBeGreaterThanOrEqual(2000);
+    expect(claimed.noTransferHint).toBe(true); // handed over only with no hint held: none to read
     expect(bSent()).toBe(before); // claimed without a statement
     expect(await b.renew(name, 'b~1', 2, 2000)).toMatchObject({ renewed: true });
     expect(await c.acquire(name, 'c~1', 2000)).toMatchObject({ acquired: false, lease: { owner: 'b~1', term: 2 } });
@@ -109,6 +110,37 @@ describe('PostgresStore hand-over on release', () => {
     expect(await b.acquire(name, 'b~1', 2000, { role: 'b' })).toMatchObject({ acquired: true, lease: { term: 2 } });
     expect(bSent()).toBe(before + 2);
     for (const w of [wa, wb, wc]) w.stop();
+  });
+
+  it('frees the lease instead while a hand-over hint NAME/transfer-to is held, so the named node can take it; a lapsed or released hint no longer stops a hand-over', async () => {
+    const name = unique('hinted');
+    const { store: a } = open();
+    const { store: b } = open();
+    const wb = await record(b, name);
+    expect(await a.acquire(name, 'a~1', 2000)).toMatchObject({ acquired: true, lease: { term: 1 } });
+    await waitFor(() => wb.seen.includes('a~1@1'), 3000, 'b sees a');
+    expect(await b.acquire(name, 'b~1', 2000)).toMatchObject({ acquired: false });
+    expect(await waiters(name)).toEqual(['b~1']);
+    // The leader names another node (as transferTo does) and releases.
+    expect(await a.acquire(`${name}/transfer-to`, 'a~1', 2000, { to: 'c' })).toMatchObject({ acquired: true });
+    expect(await a.release(name, 'a~1', 1)).toBe(true);
+    expect(await row(name)).toEqual({ owner: null, term: '1' }); // freed, not handed to b
+    // Whoever wins it must read the hint: an acquire through the server says nothing of it.
+    await waitFor(() => wb.seen.includes(null), 3000, 'release pushed');
+    const won = await b.acquire(name, 'b~1', 2000);
+    expect(won).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 2 } });
+    expect(won.noTransferHint).toBeUndefined();
+    // The hint released: the next release hands over again.
+    expect(await a.release(`${name}/transfer-to`, 'a~1', 1)).toBe(true);
+    const { store: c } = open();
+    const wc = await record(c, name);
+    expect(await c.acquire(name, 'c~1', 2000)).toMatchObject({ acquired: false });
+    expect(await b.release(name, 'b~1', 2)).toBe(true);
+    expect(await row(name)).toEqual({ owner: 'c~1', term: '3' });
+    await waitFor(() => wc.seen.includes('c~1@3'), 3000, 'hand-over pushed');
+    expect(await c.acquire(name, 'c~1', 2000)).toMatchObject({ acquired: true, lease: { term: 3 }, noTransferHint: true });
+    wb.stop();
+    wc.stop();
   });
 
   it('frees the lease when nobody waits, when the waiter stopped watching, or when its reservation is about to lapse', async () => {

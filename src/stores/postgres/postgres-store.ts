@@ -559,7 +559,9 @@ export class PostgresStore implements Store {
     const left = sentAt + ttlMs + res.extraMs - performance.now();
     if (left < ttlMs + CLAIM_SLACK_MS) return null;
     this.forgetReservation(name, owner); // the release deleted it
-    return { acquired: true, lease: { name, owner, term: h.term, meta: decodeMeta(metaText), ttlMs, remainingMs: Math.floor(left) } };
+    // A release hands over only while no hand-over hint is held (sql.ts, `release`): none to read.
+    // (A release by tenure before 2026-11-29 did not check; the hint is a preference, never safety.)
+    return { acquired: true, lease: { name, owner, term: h.term, meta: decodeMeta(metaText), ttlMs, remainingMs: Math.floor(left) }, noTransferHint: true };
   }
 
   private noteReservation(name: string, owner: string, ttlMs: number, metaText: string, extraMs: number, ticket: string, sentAt: number): void {

@@ -245,11 +245,16 @@ export function buildSql(prefix: string): PgSql {
     // expires at its TTL — while the next holder's acquire, a normal synchronous commit, flushes
     // the WAL up to and including it. A hand-over issues a term, so it commits as configured.
     // At term 2^53 - 1 nothing is handed over (there is no next term): the lease is freed, and the
-    // waiter's own acquire then reports the StoreDataError.
+    // waiter's own acquire then reports the StoreDataError. Nor while a live hand-over hint
+    // `NAME/transfer-to` is held (the elector's transferTo, core's transferHintName): that
+    // release frees the lease for the named node to take, and a hand-over thus tells its claimer
+    // that no hint was held (AcquireResult.noTransferHint). The hint is taken before the release
+    // is sent, so this statement's snapshot sees it.
     release: `
       WITH w AS (
         SELECT owner, ttl_ms, meta, expires_at, ticket FROM ${W}
         WHERE $4::boolean AND $3::bigint < ${MAX_TERM} AND name = $1 AND owner <> $2 AND expires_at > now() + (ttl_ms + ${HANDOVER_SLACK_MS}) * interval '1 millisecond'
+          AND NOT EXISTS (SELECT 1 FROM ${L} AS hint WHERE hint.name = $1 || '/transfer-to' AND ${live('hint')})
         ORDER BY expires_at DESC LIMIT 1),
       sync AS (
         SELECT set_config('synchronous_commit',

@@ -197,6 +197,15 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
   private readonly timers: ElectorTimers;
   /** The acquire in flight: its store promise (released if stop abandons a win) and settled() waiters. */
   private acquire: { id: number; pending: Promise<AcquireResult> } | null = null;
+  /**
+   * Acquires sent and not answered yet, those the loop gave up on (timed out) included: a timeout
+   * is "maybe" (rule 3), and a store that retries a write (raft://, for its whole own timeout) can
+   * apply one long after, when the name is free, granting a term nobody renews. stop() releases
+   * such a win (abandonAcquires), as it does the acquire in flight.
+   */
+  private readonly unanswered = new Set<Promise<AcquireResult>>();
+  /** Terms an answered acquire won that the loop has not led (yet): stop() releases those left. */
+  private readonly wins = new Set<number>();
   private attempt: { promise: Promise<void>; settle: () => void } | null = null;
   private loopEnded: { promise: Promise<void>; resolve: () => void } = deferred();
   /** Async work started by effects (depose: settle, release) during the current dispatch. */
@@ -517,6 +526,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       this.stopController.abort();
       const done = this.dispatch({ type: 'stop' });
       await Promise.all([done, this.loopEnded.promise]);
+      await this.abandonAcquires();
     } finally {
       // The watch goes after the release, which is then on its way sooner (a hand-off waits on it).
       // A candidate that stops waiting withdraws, so no release hands it the lease (a store that
@@ -594,19 +604,20 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         return;
       }
       case 'release':
+        this.wins.delete(e.term);
         this.track(this.release(e.term));
         return;
-      case 'abandon-acquire': {
-        const a = this.acquire;
-        if (a && a.id === e.id) void a.pending.then((r) => (r.acquired ? this.release(r.lease.term) : undefined), () => {});
+      case 'abandon-acquire':
+        // The one in flight, and any the loop gave up on before it (see abandonAcquires).
+        this.track(this.abandonAcquires());
         return;
-      }
       case 'set-timer':
       case 'cancel-timer':
         return this.timers.perform(e);
       case 'lead': {
         const l: Leadership = { term: e.term, token: makeToken(this.group, e.term), controller: new AbortController(), work: new Set(), progressAt: null };
         this.leadership = l;
+        this.wins.delete(e.term); // its depose releases it
         this.log('info', 'elected', { term: l.term, remainingMs: e.deadlineInMs }, `elected leader of ${this.group} with term ${l.term}`);
         this.emit('elected', { term: l.term, token: l.token, deadlineInMs: e.deadlineInMs });
         for (const entry of this.works) this.startWork(l, entry);
@@ -681,6 +692,28 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     void this.dispatch({ type: 'progress', term: l.term, at });
   }
 
+  /**
+   * Stopping: release every term an acquire of this elector may have won that the loop will not
+   * hold (rule 3's "maybe": a timed-out acquire can land after stop). Waits for the unanswered ones
+   * up to requestTimeoutMs, so a lock's release() frees the name at once in the usual case; one
+   * answered later is released when it comes. A release names this incarnation and the term, so it
+   * can free nothing but a lease this elector itself was granted.
+   */
+  private abandonAcquires(): Promise<void> {
+    const releases: Promise<void>[] = [];
+    for (const term of this.wins) {
+      if (this.leadership?.term !== term) releases.push(this.release(term));
+    }
+    this.wins.clear();
+    for (const pending of this.unanswered) {
+      this.unanswered.delete(pending);
+      releases.push(pending.then((r) => (r.acquired && this.leadership?.term !== r.lease.term ? this.release(r.lease.term) : undefined), () => {}));
+    }
+    if (releases.length === 0) return Promise.resolve();
+    let cancel = (): void => {};
+    return Promise.race([Promise.all(releases).then(() => {}), new Promise<void>((r) => (cancel = this.clock.setTimer(this.timing.requestTimeoutMs, r)))]).finally(() => cancel());
+  }
+
   private track(p: Promise<void>): void {
     this.collected?.push(p);
   }
@@ -694,6 +727,16 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
       pending = Promise.reject(toError(err));
     }
     this.acquire = { id, pending };
+    this.unanswered.add(pending);
+    pending.then(
+      (r) => {
+        if (!this.unanswered.delete(pending)) return; // abandoned: abandonAcquires has it
+        // Until the loop leads it: a win whose call timed out is renewed as its own by the loop's
+        // next acquire, or released by stop().
+        if (r.acquired && this.leadership?.term !== r.lease.term) this.wins.add(r.lease.term);
+      },
+      () => void this.unanswered.delete(pending),
+    );
     const attempt = deferred();
     this.attempt = { promise: attempt.promise, settle: attempt.resolve };
     // A win is checked against a hand-over hint (one read, only when won) before it is acted on.

@@ -4,7 +4,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockTimeoutError, StaleTermError, ClosedError, StoreUnavailableError, VersionConflictError } from '../../src/core/index.js';
 import { Lock, ReadWriteLock, Semaphore } from '../../src/locks/index.js';
-import type { FencingToken, Lease, Store } from '../../src/core/index.js';
+import type { AcquireResult, FencingToken, Lease, Store } from '../../src/core/index.js';
 import type { Backend } from './backends.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -29,6 +29,36 @@ function cuttable(inner: Store): { store: Store; cut: () => void } {
     close: async () => {},
   };
   return { store, cut: () => (cut = true) };
+}
+
+/**
+ * The same store seen by a client whose first acquire is held back `holdMs` before it goes out: a
+ * request that lands long after its caller gave up on it (a client that retries a write for its
+ * own timeout, as raft:// does, or a slow link). `landed` is that acquire's answer.
+ */
+function lateFirstAcquire(inner: Store, holdMs: number): { store: Store; landed: Promise<AcquireResult>; answered: () => boolean } {
+  let answered = false;
+  let land: (first: Promise<AcquireResult>) => void = () => {};
+  const landed = new Promise<Promise<AcquireResult>>((resolve) => (land = resolve)).then((first) => first);
+  let first: Promise<AcquireResult> | null = null;
+  const store: Store = {
+    kind: inner.kind,
+    acquire: (...a) => {
+      if (first) return inner.acquire(...a);
+      first = sleep(holdMs).then(() => inner.acquire(...a));
+      first.finally(() => (answered = true)).catch(() => {});
+      land(first);
+      return first;
+    },
+    renew: (...a) => inner.renew(...a),
+    release: (...a) => inner.release(...a),
+    read: (...a) => inner.read(...a),
+    list: (...a) => inner.list(...a),
+    appendFenced: (...a) => inner.appendFenced(...a),
+    readStream: (...a) => inner.readStream(...a),
+    close: async () => {},
+  };
+  return { store, landed, answered: () => answered };
 }
 
 export function storeContract(backend: Backend): void {
@@ -723,6 +753,30 @@ export function storeContract(backend: Backend): void {
         expect(performance.now() - lostAt).toBeGreaterThanOrEqual(lockDelayMs / 2);
         expect(next.term).toBeGreaterThan(held.term);
         await next.release();
+      });
+
+      it('an acquire answered after its attempt gave up is released by the stopped lock: the name is free at once, not at its TTL', async () => {
+        // Rule 3: a call with no answer in time may still be applied, later. Here the lock's first
+        // acquire lands 450 ms after it was sent, its attempt given up at 300 ms; the lock is
+        // taken by the next attempt and released before that first acquire wins the free name, a
+        // term nobody renews. The stopping lock waits for it (up to requestTimeoutMs) and releases it.
+        const late = lateFirstAcquire(store, 450);
+        const ttlMs = short(10_000);
+        const held = await new Lock(late.store, 'la', { ttlMs, requestTimeoutMs: 300, retryMs: 20 }).acquire({ waitMs: 10_000 });
+        await held.release();
+        // Landed while release() waited for it (the usual case): released by then.
+        if (late.answered()) expect(await store.read('la')).toBeNull();
+        const answer = await late.landed;
+        const freeAt = performance.now();
+        let lease = await store.read('la');
+        while (lease !== null && performance.now() - freeAt < 3000) {
+          await sleep(20);
+          lease = await store.read('la');
+        }
+        expect(lease).toBeNull();
+        const next = await new Lock(store, 'la', { ttlMs }).tryAcquire();
+        expect(next?.term).toBeGreaterThanOrEqual(Math.max(held.term, answer.lease.term) + 1);
+        await next!.release();
       });
 
       it('refuses a bad lock-delay: negative, fractional, or ttl + delay over 24 h', () => {

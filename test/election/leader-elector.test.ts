@@ -108,7 +108,8 @@ describe('LeaderElector', () => {
     // Deadline from the acquire sent at t=0: 0 + 1000 - 100 = 900, however the store answered.
     expect(abortedAt).toBe(electedSentAt + 900);
     expect(deposed[0]).toBe('deadline');
-    await a.stop();
+    // stop() waits up to requestTimeoutMs for the acquires that got no answer (a win is released).
+    await Promise.all([a.stop(), w.advance(1000)]);
   });
 
   it('hands over to a waiting node at once when the leader stops (push)', async () => {
@@ -152,9 +153,44 @@ describe('LeaderElector', () => {
     expect(electedAt).toBeGreaterThan(expiry);
     // Candidates wake at the reported expiry (+1 ms and < 20 ms jitter), not a polling period later.
     expect(electedAt - expiry).toBeLessThanOrEqual(25);
-    await a.stop();
+    await Promise.all([a.stop(), w.advance(1000)]);
     await b.stop();
   });
+
+  // Rule 3's "maybe": an acquire given up on (timed out) can still be applied, later, when the
+  // name is free, granting a term nobody renews (raft:// retries a write for its own timeout).
+  for (const [when, landsAt] of [['while stop() waits for it', 500], ['after stop() returned', 1500]] as const) {
+    it(`releases the win of an acquire it had given up on, landing ${when}`, async () => {
+      const w = world();
+      // a's first acquire is applied (and answered) at t = landsAt, not at once.
+      let first: Promise<unknown> | null = null;
+      let firstAnswer: { acquired: boolean; term: number } | null = null;
+      const slow: Store = {
+        ...faulty(w.store, { fault: 'none' }),
+        acquire: (...args) => {
+          if (first) return w.store.acquire(...args);
+          const p = new Promise<void>((r) => w.clock.setTimer(landsAt, r)).then(() => w.store.acquire(...args));
+          first = p.then((r) => (firstAnswer = { acquired: r.acquired, term: r.lease.term }));
+          return p;
+        },
+      };
+      const a = w.elector('a', slow);
+      a.start();
+      await w.advance(460); // the first acquire timed out at 333; the retry at 433 won term 1
+      expect(a.term).toBe(1);
+      let stopped = false;
+      const stopping = a.stop().then(() => (stopped = true));
+      await w.advance(landsAt - 1 - w.clock.now());
+      // stop() waits for an unanswered acquire up to requestTimeoutMs (333 ms), no longer.
+      expect(stopped).toBe(landsAt > 460 + 333);
+      await w.advance(2);
+      expect(firstAnswer).toEqual({ acquired: true, term: 2 }); // it won the free name
+      await w.advance(1);
+      expect(await w.store.read('g')).toBeNull(); // and was released at once, not held for its TTL
+      expect(stopped).toBe(true);
+      await stopping;
+    });
+  }
 
   it('deposes with reason "lost" when the store refuses the renew', async () => {
     const w = world();

@@ -270,6 +270,9 @@ export function checkPurgePrefix(value: unknown): string {
   return checkName('prefix', value);
 }
 
+/** The suffix of a group's hand-over hint (transferHintName); SQL stores spell the name with it in their statements. */
+export const transferHintSuffix = '/transfer-to';
+
 /**
  * The name of a group's hand-over hint, `GROUP/transfer-to` (the lease `LeaderElector.transferTo`
  * writes, naming the node to hand over to), or null when that is longer than a lease name may be.
@@ -277,7 +280,7 @@ export function checkPurgePrefix(value: unknown): string {
  */
 export function transferHintName(group: string): string | null {
   try {
-    return checkName('group', `${group}/transfer-to`);
+    return checkName('group', `${group}${transferHintSuffix}`);
   } catch {
     return null;
   }

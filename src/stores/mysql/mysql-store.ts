@@ -256,7 +256,7 @@ export class MysqlStore implements Store {
     if (row.acquired === null || row.acquired === undefined) throw termExhausted('mysql', name, row.term);
     const acquired = Number(row.acquired) === 1;
     // Schema 7 reports the hand-over hint seen by the winning transaction (sql.ts, `acquire`).
-    const result: AcquireResult = { acquired, lease: rowLease(row), ...(acquired && Number(row.hinted) === 0 && row.hinted !== null && row.hinted !== undefined ? { noTransferHint: true } : {}) };
+    const result: AcquireResult = { acquired, lease: rowLease(row), ...(acquired && row.hinted != null && Number(row.hinted) === 0 ? { noTransferHint: true } : {}) };
     if (result.acquired) {
       this.holder?.hold(name, result.lease.term);
       this.noteLocal(name, { term: result.lease.term, owner }, result.lease);

@@ -7,7 +7,7 @@
  * Names are VARBINARY: compared byte for byte, with no trailing-space padding and no collation,
  * so `a` and `a ` are different leases, and `%`/`_` are plain characters.
  */
-import { checkTablePrefix } from '../../core/index.js';
+import { checkTablePrefix, transferHintSuffix } from '../../core/index.js';
 
 /**
  * 1: the four tables.
@@ -234,7 +234,7 @@ export function buildSql(prefix: string): MysqlSql {
            SET v_acquired = 1;
          END IF;
          -- A plain (consistent, non-locking) read: no lock, and no gap lock when there is no hint.
-         SELECT COUNT(*) INTO v_hinted FROM ${L} WHERE name = CONCAT(p_name, '/transfer-to') AND ${LIVE};
+         SELECT COUNT(*) INTO v_hinted FROM ${L} WHERE name = CONCAT(p_name, '${transferHintSuffix}') AND ${LIVE};
          SELECT v_acquired AS acquired, v_hinted AS hinted, ${COLS} FROM ${L} WHERE name = p_name FOR UPDATE;
          COMMIT;
        END`,

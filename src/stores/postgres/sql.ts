@@ -4,7 +4,7 @@
  * Time is always the server's: `now()` is the start of the statement's transaction, and every
  * statement here runs in its own short transaction, so one statement sees one instant.
  */
-import { checkTablePrefix } from '../../core/index.js';
+import { checkTablePrefix, transferHintSuffix } from '../../core/index.js';
 
 /**
  * 1: tables and a NOTIFY trigger whose payload is the lease name.
@@ -254,7 +254,7 @@ export function buildSql(prefix: string): PgSql {
       WITH w AS (
         SELECT owner, ttl_ms, meta, expires_at, ticket FROM ${W}
         WHERE $4::boolean AND $3::bigint < ${MAX_TERM} AND name = $1 AND owner <> $2 AND expires_at > now() + (ttl_ms + ${HANDOVER_SLACK_MS}) * interval '1 millisecond'
-          AND NOT EXISTS (SELECT 1 FROM ${L} AS hint WHERE hint.name = $1 || '/transfer-to' AND ${live('hint')})
+          AND NOT EXISTS (SELECT 1 FROM ${L} AS hint WHERE hint.name = $1 || '${transferHintSuffix}' AND ${live('hint')})
         ORDER BY expires_at DESC LIMIT 1),
       sync AS (
         SELECT set_config('synchronous_commit',

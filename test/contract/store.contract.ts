@@ -145,16 +145,19 @@ export function storeContract(backend: Backend): void {
     describe('renew', () => {
       it('extends the lease for the holder, keeping its meta', async () => {
         // Margins of hundreds of ms: a loaded CI machine stretched a 200 ms sleep past a 300 ms TTL.
-        await store.acquire('g', 'a~1', 1000, { url: 'http://a' });
-        await sleep(500);
+        // The backend's floor (short) too: each raft:// call is a quorum's commit, and under CI
+        // load a read and a renew took seconds between them, past a 1 s TTL.
+        const ttlMs = short(1000);
+        await store.acquire('g', 'a~1', ttlMs, { url: 'http://a' });
+        await sleep(ttlMs / 2);
         const before = (await store.read('g'))!.remainingMs;
-        const r = await store.renew('g', 'a~1', 1, 1000);
+        const r = await store.renew('g', 'a~1', 1, ttlMs);
         expect(r.renewed).toBe(true);
         expect(r.lease!.remainingMs).toBeGreaterThan(before);
-        await sleep(600); // past the first TTL: only the renewal keeps it
+        await sleep(ttlMs * 0.6); // past the first TTL: only the renewal keeps it
         expect(await store.read('g')).toMatchObject({ owner: 'a~1', term: 1, meta: { url: 'http://a' } });
         // A renewal with another TTL keeps the meta too.
-        expect((await store.renew('g', 'a~1', 1, 1200)).lease).toMatchObject({ owner: 'a~1', term: 1, meta: { url: 'http://a' } });
+        expect((await store.renew('g', 'a~1', 1, Math.round(ttlMs * 1.2))).lease).toMatchObject({ owner: 'a~1', term: 1, meta: { url: 'http://a' } });
         expect(await store.read('g')).toMatchObject({ owner: 'a~1', term: 1, meta: { url: 'http://a' } });
       });
 

@@ -51,6 +51,14 @@ describe('zombie leader over HTTP with real processes (PostgreSQL)', () => {
 
       a.signal('SIGSTOP');
       await pollUntil('node-a stopped', WAIT_MS, () => a.procState() === 'T', 1);
+      // Lines it wrote before the stop can still be in the pipe (CI: 15 events counted at the
+      // stop, 16 later). A stopped process writes none: wait until none has come for 300 ms.
+      let seen = -1;
+      await pollUntil("node-a's output read to its end", WAIT_MS, () => {
+        const quiet = a.events.length === seen;
+        seen = a.events.length;
+        return quiet;
+      }, 300);
       const frozenAt = a.events.length;
 
       const taken = await b.waitFor('elected', WAIT_MS, (e) => num(e, 'term') > oldTerm);

@@ -32,7 +32,8 @@ export interface AcquireResult {
   /**
    * True when the store gave the lease to this owner in one atomic step that also found no lease
    * named `transferHintName(name)` (the etcd and PostgreSQL stores' hand-over in a release; the
-   * MySQL store's acquire, which reads the hint in its transaction). A hand-over hint
+   * MySQL store's acquire, which reads the hint in its transaction), or that listed no hint
+   * right behind its win, answered after it (ZooKeeper: one session answers in order). A hand-over hint
    * read after this win can then be skipped: it could only find a hint written after the win,
    * which only the winner may write. Absent (or false) means nothing is known: read it.
    */

@@ -18,6 +18,11 @@
  *   versioned set and the entry's create (rule 5).
  * - Push: `watch` and `watchStream` are ZooKeeper watches (re-armed after each event). A waiting
  *   candidate watches only the holder's node, which is the predecessor of any node it would make.
+ * - Hand-off: requests on one session are answered in order, so reads that must see a write are
+ *   sent right behind it, not after its answer. After the holder's node goes, the watch reads the
+ *   listing and the counter together; an acquire soon after that sight of a free name takes it
+ *   with one multi conditional on the counter version seen (a stale sight loses the multi); the
+ *   listings after that multi tell whether ours leads and whether a hand-over hint is held.
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -44,6 +49,7 @@ import {
   foreignStreamError,
   nextTerm,
   reportStale,
+  transferHintName,
 } from '../../core/index.js';
 import type {
   AcquireResult,
@@ -62,6 +68,7 @@ import type {
 import { Layout, decodeName, sortCandidates } from './layout.js';
 import { ZK, ZkSession, isZk, statLong } from './session.js';
 import type { MultiOp } from './session.js';
+import type { ZkEvent } from './driver.js';
 
 export interface ZookeeperStoreOptions {
   /** `host:port` of each server. */
@@ -95,6 +102,10 @@ interface Held {
 }
 
 const MAX_ATTEMPTS = 64;
+/** How long a watch's sight of a free name may stand in for an acquire's own reads, ms (see acquire). */
+const KNOWN_FREE_MS = 1000;
+/** ZooKeeper's watch event type for a node that was deleted (`Event.NODE_DELETED`). */
+const NODE_DELETED_EVENT = 2;
 /**
  * The control session's timeout, ms. It owns no ephemeral node, so its timeout only bounds how
  * long it waits, cut off, before the store opens a new one (see ZkSession's lost timer).
@@ -305,10 +316,10 @@ export class ZookeeperStore implements Store {
     return { owner: text === '' ? 'zookeeper:foreign' : `zookeeper:${text.slice(0, 100)}`, term, ttlMs: 0, meta: {} };
   }
 
-  /** Whether `path` (a candidate node in `dir`) is the first candidate listed: one getChildren. */
-  private async leadsListing(session: ZkSession, dir: string, path: string): Promise<boolean> {
+  /** Whether `path` (a candidate node in `dir`) is the first candidate in `listing` (a getChildren of `dir`). */
+  private async firstListed(listing: Promise<string[]>, dir: string, path: string): Promise<boolean> {
     try {
-      const first = sortCandidates(await session.getChildren(dir))[0];
+      const first = sortCandidates(await listing)[0];
       return first !== undefined && `${dir}/${first}` === path;
     } catch (err) {
       if (isZk(err, ZK.NO_NODE)) return false;
@@ -356,6 +367,8 @@ export class ZookeeperStore implements Store {
   private readonly vacantSince = new Map<string, { term: number; at: number }>();
   /** Names whose last listing here found no candidate: an acquire of one reads the term counter early. */
   private readonly listedFree = new Set<string>();
+  /** Names a watch here last saw with no candidate and the counter released, with the counter then. */
+  private readonly knownFree = new Map<string, { term: number; version: number; at: number }>();
 
   private observe(name: string, path: string, version: number, lease: Lease): void {
     const s = this.seen.get(name);
@@ -375,10 +388,21 @@ export class ZookeeperStore implements Store {
     checkTtl('ttlMs', ttlMs);
     const metaValue = decodeMeta(encodeMeta('meta', meta));
     const session = await this.sessionFor(ttlMs);
-    const dir = this.layout.lease(name);
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const mine = this.live(name);
       const sentAt = now();
+      // A watch here last saw the name free and let go of, the counter at `version`: take it in
+      // one multi, conditional on that version (every acquire since moved it, and a lost multi
+      // reads the name as below): the listing and the counter read are spared.
+      // Only a recent sight (KNOWN_FREE_MS): a counter removed by a purge and made again starts
+      // its versions over, so an old one could match a newer counter's.
+      const free = attempt === 0 && mine === undefined ? this.knownFree.get(name) : undefined;
+      if (free) this.knownFree.delete(name);
+      if (free && sentAt - free.at <= KNOWN_FREE_MS) {
+        const taken = await this.take(session, name, owner, ttlMs, metaValue, free.term, free.version, sentAt);
+        if (taken) return taken;
+        continue;
+      }
       const holding = this.holder(session, name);
       // Last listed free here (a watch told of a release, or the name is new): the term counter is
       // asked right behind the listing on the same session (ZooKeeper answers a session's requests
@@ -444,40 +468,69 @@ export class ZookeeperStore implements Store {
         const left = Math.ceil(until - now());
         if (left > 0) return { acquired: false, lease: { ...lease, remainingMs: left } };
       }
-      const term = nextTerm(name, last);
-      const data: NodeData = { owner, term, ttlMs, meta: metaValue };
-      await this.ensure(session, dir);
-      await this.ensure(session, `${this.layout.root}/terms`);
-      const termOp: MultiOp =
-        version < 0
-          ? { op: 'create', path: this.layout.term(name), data: Buffer.from(String(term)), mode: 'persistent' }
-          : { op: 'set', path: this.layout.term(name), data: Buffer.from(String(term)), version };
-      let path: string;
-      try {
-        const created = await session.multi([termOp, { op: 'create', path: `${dir}/_c_${randomUUID()}-latch-`, data: this.encodeNode(data), mode: 'ephemeral-sequential' }]);
-        path = created[1]!;
-      } catch (err) {
-        if (isZk(err, ZK.BAD_VERSION) || isZk(err, ZK.NODE_EXISTS) || isZk(err, ZK.NO_NODE)) continue; // another acquirer won the counter
-        throw err;
-      }
-      const h: Held = { name, path, session, data, version: 0, sentAt, timer: null };
-      this.held.set(name, h);
-      this.arm(h);
-      // A foreign candidate made before ours leads by ZooKeeper's rule: step back. Ours first in
-      // the listing is enough (its data is what we just wrote); another's is read for the answer.
-      if (await this.leadsListing(session, dir, path)) {
-        this.observe(name, path, 0, this.describe(name, data)); // as a read of it would (a new node's version is 0)
-        return { acquired: true, lease: this.describe(name, data, h) };
-      }
-      const now2 = await this.holder(session, name);
-      if (now2 && now2.path !== path) {
-        this.drop(h);
-        await this.removeOwn(session, path);
-        return { acquired: false, lease: this.describe(name, now2.data) };
-      }
-      return { acquired: true, lease: this.describe(name, data, h) };
+      const taken = await this.take(session, name, owner, ttlMs, metaValue, last, version, sentAt);
+      if (taken) return taken;
     }
     throw new StoreUnavailableError(`zookeeper: acquire of ${name} lost ${MAX_ATTEMPTS} races in a row`);
+  }
+
+  /**
+   * Create the holder's node for the term after `last` and move the counter on from `version`, in
+   * one multi: the acquire's answer, or null when the multi lost (another acquirer moved the
+   * counter first, or a folder was missing): read again and retry.
+   */
+  private async take(session: ZkSession, name: string, owner: string, ttlMs: number, metaValue: LeaseMeta, last: number, version: number, sentAt: number): Promise<AcquireResult | null> {
+    const dir = this.layout.lease(name);
+    const term = nextTerm(name, last);
+    const data: NodeData = { owner, term, ttlMs, meta: metaValue };
+    const termOp: MultiOp =
+      version < 0
+        ? { op: 'create', path: this.layout.term(name), data: Buffer.from(String(term)), mode: 'persistent' }
+        : { op: 'set', path: this.layout.term(name), data: Buffer.from(String(term)), version };
+    const creating = session.multi([termOp, { op: 'create', path: `${dir}/_c_${randomUUID()}-latch-`, data: this.encodeNode(data), mode: 'ephemeral-sequential' }]);
+    // Asked right behind the multi on the same session, so answered after it (ZooKeeper answers
+    // a session's requests in order) without a round trip of their own: the candidates, to see
+    // ours leads, and the hand-over hint's, to tell the elector no hint was held once we won.
+    const listing = session.getChildren(dir);
+    const hintName = transferHintName(name);
+    const hints = hintName === null ? null : session.getChildren(this.layout.lease(hintName));
+    listing.catch(() => {});
+    hints?.catch(() => {});
+    let path: string;
+    try {
+      path = (await creating)[1]!;
+    } catch (err) {
+      if (isZk(err, ZK.NO_NODE)) {
+        // The lease's folder or the terms folder is missing (the name's first acquire), or the
+        // counter went between the read and the multi: make the folders (again: a purge may have
+        // removed them since they were made here), retry.
+        this.ensured.delete(dir);
+        this.ensured.delete(`${this.layout.root}/terms`);
+        await this.ensure(session, dir);
+        await this.ensure(session, `${this.layout.root}/terms`);
+        return null;
+      }
+      if (isZk(err, ZK.BAD_VERSION) || isZk(err, ZK.NODE_EXISTS)) return null; // another acquirer won the counter
+      throw err;
+    }
+    const h: Held = { name, path, session, data, version: 0, sentAt, timer: null };
+    this.held.set(name, h);
+    this.arm(h);
+    // A foreign candidate made before ours leads by ZooKeeper's rule: step back. Ours first in
+    // the listing is enough (its data is what we just wrote); another's is read for the answer.
+    if (await this.firstListed(listing, dir, path)) {
+      this.observe(name, path, 0, this.describe(name, data)); // as a read of it would (a new node's version is 0)
+      // No hint candidate listed after the win: a hint read now would find none but one the winner writes itself.
+      const noTransferHint = hints !== null && (await hints.then((c) => sortCandidates(c).length === 0, (err: unknown) => isZk(err, ZK.NO_NODE)));
+      return { acquired: true, lease: this.describe(name, data, h), ...(noTransferHint ? { noTransferHint } : {}) };
+    }
+    const now2 = await this.holder(session, name);
+    if (now2 && now2.path !== path) {
+      this.drop(h);
+      await this.removeOwn(session, path);
+      return { acquired: false, lease: this.describe(name, now2.data) };
+    }
+    return { acquired: true, lease: this.describe(name, data, h) };
   }
 
   async renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
@@ -598,6 +651,7 @@ export class ZookeeperStore implements Store {
     for (const [name, h] of this.held) if (name.startsWith(prefix)) this.drop(h);
     for (const map of [this.seen, this.vacantSince]) for (const name of [...map.keys()]) if (name.startsWith(prefix)) map.delete(name);
     for (const name of [...this.listedFree]) if (name.startsWith(prefix)) this.listedFree.delete(name);
+    for (const name of [...this.knownFree.keys()]) if (name.startsWith(prefix)) this.knownFree.delete(name);
     return n;
   }
 
@@ -785,25 +839,42 @@ export class ZookeeperStore implements Store {
       lastTerm = lease ? lease.term : null;
       listener(lease);
     };
-    return this.rearming(async (again, stopped) => {
+    return this.rearming(async (again, stopped, cause) => {
       const session = await this.ctl();
       const dir = this.layout.lease(name);
       await this.ensure(session, dir);
       // Only the holder's node is watched while there is one (it is the predecessor of any
       // node a waiting candidate would make: no herd on the queue behind it); its data
       // watch fires when it renews or goes. With no holder, the children tell who comes.
-      const first = sortCandidates(await session.getChildren(dir))[0];
+      // After the holder's node went, the name is most likely free: skip the plain listing.
+      let first = cause === 'deleted' ? undefined : sortCandidates(await session.getChildren(dir))[0];
       if (first === undefined) {
-        const children = sortCandidates(await session.getChildren(dir, again));
-        if (children.length > 0) return again();
-        const { term } = await this.readTerm(session, name);
-        if (!stopped()) tell(null, term);
-        return;
+        // The armed listing and the counter, asked together: the server answers them in order,
+        // so the counter is read no earlier than the listing, in one round trip for both.
+        const listing = session.getChildren(dir, again);
+        const counter = this.readTerm(session, name);
+        counter.catch(() => {});
+        const children = sortCandidates(await listing);
+        if (children.length === 0) {
+          const { term, version, released } = await counter;
+          this.listed(name, true);
+          if (released) this.knownFree.set(name, { term, version, at: now() });
+          else this.knownFree.delete(name);
+          if (!stopped()) tell(null, term);
+          return;
+        }
+        // Taken already. After a plain listing found none: read again (this round's children
+        // watch, if it fires, is then ignored). After a deletion: watch the new holder now (the
+        // children watch set here fires once more at most, and re-reads as a later round would).
+        if (cause !== 'deleted') return again();
+        first = children[0]!;
       }
       try {
         const { data, stat } = await session.getData(`${dir}/${first}`, again);
         const lease = this.describe(name, await this.decodeNode(session, name, data));
         this.observe(name, `${dir}/${first}`, stat.version, lease);
+        this.listed(name, false);
+        this.knownFree.delete(name);
         if (!stopped()) tell(lease);
       } catch (err) {
         if (isZk(err, ZK.NO_NODE)) again();
@@ -825,18 +896,19 @@ export class ZookeeperStore implements Store {
    * `again` when they fire; a round that fails is tried again 200 ms later, and every watch is
    * re-armed when a session is replaced. A round superseded by a later arm re-arms nothing.
    */
-  private rearming(round: (again: () => void, stopped: () => boolean) => Promise<void>): Unsubscribe {
+  private rearming(round: (again: (event?: ZkEvent) => void, stopped: () => boolean, cause: 'deleted' | undefined) => Promise<void>): Unsubscribe {
     let stopped = false;
     let armed = 0;
     const w = {
-      arm: (): void => {
+      arm: (cause?: 'deleted'): void => {
         if (stopped || this.closed) return;
         const mine = ++armed;
-        const again = (): void => {
-          if (mine === armed) w.arm();
+        // Fired by a ZooKeeper watch (with its event), by a failed round's retry or by a round itself (none).
+        const again = (event?: ZkEvent): void => {
+          if (mine === armed) w.arm(event?.getType() === NODE_DELETED_EVENT ? 'deleted' : undefined);
         };
-        round(again, () => stopped).catch(() => {
-          if (!stopped) setTimeout(again, 200).unref?.();
+        round(again, () => stopped, cause).catch(() => {
+          if (!stopped) setTimeout(() => again(), 200).unref?.();
         });
       },
     };

@@ -1,0 +1,115 @@
+/**
+ * The ZooKeeper store's hand-off path (a release seen by a watch, then the waiting candidate's
+ * acquire) answers in fewer round trips: the watch reads the listing and the term counter
+ * together after the holder's node goes, an acquire that follows a watch's recent sight of a free
+ * name takes it in one multi conditional on the counter it saw, and the listings after that multi
+ * (ours leads? a hand-over hint held?) ride behind it. These tests hold the shortcuts to the
+ * answers the long path gives: terms only go up, a counter moved by others is noticed, a hint
+ * held is reported (no `noTransferHint`), and a holder that came in the gap is told.
+ */
+import { randomBytes } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { transferHintName } from '../../src/index.js';
+import type { Lease } from '../../src/index.js';
+import { ZookeeperStore } from '../../src/stores/zookeeper/index.js';
+import { sharedZookeeper, zookeeperInstalled } from '../fixtures/zookeeper.js';
+
+const toClose: ZookeeperStore[] = [];
+afterEach(async () => {
+  for (const s of toClose.splice(0)) await s.close();
+});
+
+async function stores(n: number): Promise<ZookeeperStore[]> {
+  const server = await sharedZookeeper();
+  const chroot = `/handoff-${randomBytes(5).toString('hex')}`;
+  const made = Array.from({ length: n }, () => new ZookeeperStore({ hosts: [server.host], chroot, requestTimeoutMs: 5000 }));
+  toClose.push(...made);
+  return made;
+}
+
+async function until<T>(what: string, fn: () => T | undefined): Promise<T> {
+  const start = Date.now();
+  for (;;) {
+    const v = fn();
+    if (v !== undefined) return v;
+    if (Date.now() - start > 10_000) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** A watch on `name` through `store`, keeping what it told. */
+function watching(store: ZookeeperStore, name: string): { told: (Lease | null)[]; stop: () => void } {
+  const told: (Lease | null)[] = [];
+  const stop = store.watch(name, (l) => told.push(l));
+  return { told, stop };
+}
+
+describe.skipIf(!zookeeperInstalled())('ZooKeeper hand-off path', () => {
+  it('a win tells noTransferHint only when no hand-over hint is held: a held hint leaves it unsaid, its release brings it back', async () => {
+    const [a, b, c] = await stores(3);
+    const hint = transferHintName('g')!;
+    expect(await a!.acquire('g', 'a~1', 5000)).toMatchObject({ acquired: true, lease: { term: 1 }, noTransferHint: true });
+    expect(await a!.release('g', 'a~1', 1)).toBe(true);
+    // A hint held (as transferTo writes it before the leader lets go) is never hidden.
+    const h = await a!.acquire(hint, 'a~1', 5000, { to: 'c', from: 'a~1', term: 2 });
+    expect(h.acquired).toBe(true);
+    const won = await b!.acquire('g', 'b~1', 5000);
+    expect(won).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 2 } });
+    expect(won.noTransferHint).toBeUndefined();
+    expect(await b!.release('g', 'b~1', 2)).toBe(true);
+    expect(await a!.release(hint, 'a~1', h.lease.term)).toBe(true);
+    expect(await c!.acquire('g', 'c~1', 5000)).toMatchObject({ acquired: true, lease: { owner: 'c~1', term: 3 }, noTransferHint: true });
+    // A live renewal of one's own is no new win: nothing said.
+    expect((await c!.acquire('g', 'c~1', 5000)).noTransferHint).toBeUndefined();
+  });
+
+  it('an acquire after a watch saw the name free, when others took and let go of it since, still gets the next term (the counter moved: read again)', async () => {
+    const [a, b, c] = await stores(3);
+    const w = watching(b!, 'g');
+    expect(await a!.acquire('g', 'a~1', 5000)).toMatchObject({ acquired: true, lease: { term: 1 } });
+    await until('the holder told', () => (w.told.at(-1)?.owner === 'a~1' ? true : undefined));
+    expect(await a!.release('g', 'a~1', 1)).toBe(true);
+    await until('the release told', () => (w.told.at(-1) === null ? true : undefined));
+    // b's watch saw it free at term 1 and then stops (it sees nothing more); c takes and lets go
+    // of it twice before b asks.
+    w.stop();
+    for (const term of [2, 3]) {
+      expect(await c!.acquire('g', 'c~1', 5000)).toMatchObject({ acquired: true, lease: { term } });
+      expect(await c!.release('g', 'c~1', term)).toBe(true);
+    }
+    expect(await b!.acquire('g', 'b~1', 5000)).toMatchObject({ acquired: true, lease: { owner: 'b~1', term: 4 } });
+    expect(await c!.read('g')).toMatchObject({ owner: 'b~1', term: 4 });
+  });
+
+  it('an acquire after a watch saw the name free, when another holds it now, is refused with that holder, and the name keeps one holder', async () => {
+    const [a, b, c] = await stores(3);
+    const w = watching(b!, 'g');
+    expect(await a!.acquire('g', 'a~1', 5000)).toMatchObject({ acquired: true });
+    await until('the holder told', () => (w.told.at(-1)?.owner === 'a~1' ? true : undefined));
+    expect(await a!.release('g', 'a~1', 1)).toBe(true);
+    await until('the release told', () => (w.told.at(-1) === null ? true : undefined));
+    w.stop(); // b's last sight: free at term 1
+    expect(await c!.acquire('g', 'c~1', 5000)).toMatchObject({ acquired: true, lease: { term: 2 } });
+    const refused = await b!.acquire('g', 'b~1', 5000);
+    expect(refused).toMatchObject({ acquired: false, lease: { owner: 'c~1', term: 2 } });
+    expect(await a!.read('g')).toMatchObject({ owner: 'c~1', term: 2 });
+  });
+
+  it('a watch whose holder goes and is replaced at once tells the new holder (with a free instant before it), never the old one again', async () => {
+    const [a, b, c] = await stores(3);
+    for (let round = 0; round < 5; round++) {
+      const name = `g${round}`;
+      const w = watching(b!, name);
+      expect(await a!.acquire(name, 'a~1', 5000)).toMatchObject({ acquired: true, lease: { term: 1 } });
+      await until('the holder told', () => (w.told.at(-1)?.owner === 'a~1' ? true : undefined));
+      // The release and the next acquire back to back: the watch's read after the deletion may find c already.
+      await Promise.all([a!.release(name, 'a~1', 1), c!.acquire(name, 'c~1', 5000).then(async (r) => r.acquired || (await c!.acquire(name, 'c~1', 5000)).acquired)]);
+      expect(await c!.read(name)).toMatchObject({ owner: 'c~1', term: 2 });
+      await until('the new holder told', () => (w.told.at(-1)?.owner === 'c~1' ? true : undefined));
+      const afterA = w.told.slice(w.told.findIndex((l) => l?.owner === 'a~1') + 1);
+      expect(afterA.some((l) => l?.owner === 'a~1')).toBe(false);
+      expect(afterA).toContain(null); // the free instant between two terms is told
+      w.stop();
+    }
+  });
+});

@@ -166,6 +166,27 @@ describe('mysql store: on the shared server', () => {
     expect(await store.acquire('g', 'e~1', 60_000)).toMatchObject({ acquired: true, noTransferHint: true });
   });
 
+  it('migrates a version 7 schema in place: the release procedure is made, and a release on the wake lock\'s session works at once', async () => {
+    const old = open({ tablePrefix: 'v7_' });
+    const held = await old.acquire('g', 'a~1', 60_000);
+    // What tenure with schema version 7 left behind: no release procedure.
+    await pool.query('DROP PROCEDURE v7_release_wake');
+    await pool.query("UPDATE v7_schema SET value = '7' WHERE `key` = 'version'");
+    const store = open({ tablePrefix: 'v7_' });
+    const lost = await store.acquire('g', 'b~1', 60_000);
+    expect(lost).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: held.lease.term } });
+    const [v] = await pool.query("SELECT value FROM v7_schema WHERE `key` = 'version'");
+    expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
+    const [procs] = await pool.query("SELECT ROUTINE_NAME AS name FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_NAME = 'v7_release_wake'");
+    expect(procs).toEqual([{ name: 'v7_release_wake' }]);
+    expect(await old.release('g', 'a~1', held.lease.term)).toBe(true);
+    const won = await store.acquire('g', 'b~1', 60_000);
+    expect(won.acquired).toBe(true);
+    await waitFor(() => store.wakeState().held.includes('g'), 10_000, 'wake lock held');
+    expect(await store.release('g', 'b~1', won.lease.term)).toBe(true);
+    expect(await store.read('g')).toBeNull();
+  });
+
   it('migrates a version 4 schema (entries without append times) in place: old entries read with the migration time, new ones with the server clock of streamHead', async () => {
     const old = open({ tablePrefix: 'v4_' });
     const g = (await old.acquire('g', 'a~1', 60_000)).lease.term;

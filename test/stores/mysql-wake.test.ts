@@ -249,6 +249,56 @@ describe('mysql wake locks', () => {
     w.stop();
   });
 
+  it('a release where the store holds the wake lock lets the lock go in the same call: free once the release answers, and the waiter woken', async () => {
+    const holder = open();
+    const lock = wakeLockName(db.name, 'tenure_', 'rw');
+    const usedBy = async (): Promise<number | null> => {
+      const [rows] = await admin.query('SELECT IS_USED_LOCK(?) AS id', [lock]);
+      return (rows as { id: number | null }[])[0]?.id ?? null;
+    };
+    for (let round = 1; round <= 3; round++) {
+      const term = (await holder.acquire('rw', 'a~1', TTL_MS)).lease.term;
+      await waitFor(() => holder.wakeState().held.includes('rw'), 10_000, 'wake lock held');
+      expect(await usedBy()).not.toBeNull();
+      expect(await holder.release('rw', 'a~1', term)).toBe(true);
+      // Not a moment later (a RELEASE_LOCK sent after the release's answer would still hold it here).
+      expect(await usedBy()).toBeNull();
+      expect(holder.wakeState().held).toEqual([]);
+      expect(await holder.read('rw')).toBeNull();
+    }
+    // With a waiter: told at the release, as before.
+    const waiter = open();
+    const term = (await holder.acquire('rw', 'a~1', TTL_MS)).lease.term;
+    const w = record(waiter, 'rw');
+    await settled(waiter, 'rw', holder);
+    expect(await holder.release('rw', 'a~1', term)).toBe(true);
+    await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen');
+    // Another owner's release of that term: false, and the lease stays the holder's (the wake
+    // lock is let go with any release of the name and term, as before: it is a hint only).
+    const t2 = (await holder.acquire('rw', 'a~1', TTL_MS)).lease.term;
+    await waitFor(() => holder.wakeState().held.includes('rw'), 10_000, 'wake lock held again');
+    expect(await holder.release('rw', 'z~9', t2)).toBe(false);
+    expect(await waiter.read('rw')).toMatchObject({ owner: 'a~1', term: t2 });
+    expect(await holder.release('rw', 'a~1', t2)).toBe(true);
+    expect(await waiter.read('rw')).toBeNull();
+    w.stop();
+  });
+
+  it('a release before the wake lock is taken (or while the holding session is busy) goes through the pool: released, and no lock left held', async () => {
+    const holder = open();
+    for (let round = 0; round < 5; round++) {
+      const name = `early${round}`;
+      const term = (await holder.acquire(name, 'a~1', TTL_MS)).lease.term;
+      // No wait: the wake lock's take is still on its way (or queued behind the last round's).
+      expect(await holder.release(name, 'a~1', term)).toBe(true);
+      expect(await holder.read(name)).toBeNull();
+      await waitFor(async () => {
+        const [rows] = await admin.query('SELECT IS_USED_LOCK(?) AS id', [wakeLockName(db.name, 'tenure_', name)]);
+        return holder.wakeState().held.length === 0 && (rows as { id: number | null }[])[0]?.id === null;
+      }, 10_000, `${name}'s wake lock let go`);
+    }
+  });
+
   it('hostile and long names: one fixed-length lock name each, distinct per database, prefix and name', async () => {
     const long = 'é'.repeat(200);
     const hostile = ["'; SELECT RELEASE_ALL_LOCKS(); --", 'a`b"c\\d', long, 'g ', 'g', '🦀'.repeat(100)];

@@ -307,9 +307,20 @@ export class MysqlStore implements Store {
     checkName('name', name);
     checkOwner('owner', owner);
     checkTerm('term', term);
-    const released = await this.run('release', async (c) => affected(await c.execute(this.sql.release, [name, owner, term])) === 1);
-    // Only now, after the row says so, are waiters woken: one woken earlier would find it held.
-    this.holder?.drop(name, term);
+    if (this.closed) throw new ClosedError('mysql store');
+    // Where this store holds the lease's wake lock on an idle session: the release and the wake
+    // lock's, one round trip there (waiters wake as the release commits).
+    const here = this.holder?.releaseHere(name, term, async (c, lock) => Number((await callRows(c, this.sql.releaseWake, [name, owner, term, lock]))[0]?.released) === 1);
+    let released: boolean;
+    if (here) {
+      released = await here.catch((err: unknown) => {
+        throw this.translate('release', err);
+      });
+    } else {
+      released = await this.run('release', async (c) => affected(await c.execute(this.sql.release, [name, owner, term])) === 1);
+      // Only now, after the row says so, are waiters woken: one woken earlier would find it held.
+      this.holder?.drop(name, term);
+    }
     if (released) this.noteLocal(name, { term, owner: null }, null);
     return released;
   }

@@ -36,8 +36,12 @@ import { checkTablePrefix, transferHintSuffix } from '../../core/index.js';
  *    transaction, so that a winner with none skips its hint read (AcquireResult.noTransferHint).
  *    Migrating 6 -> 7 replaces the procedure; the tables are unchanged, and a v6 client ignores
  *    the new column.
+ * 8: adds `<prefix>release_wake`: a release and the letting go of the lease's wake lock in one
+ *    round trip, run on the session that holds the wake lock (wake.ts), so that waiters wake as
+ *    the release commits, not one more round trip later. Migrating 7 -> 8 creates it; the tables
+ *    are unchanged, and a v7 client's release (a statement, then RELEASE_LOCK) decides the same.
  */
-export const SCHEMA_VERSION = 7;
+export const SCHEMA_VERSION = 8;
 
 /** A table prefix: letters, digits and underscores, starting with a letter or underscore, <= 40 chars. */
 export const checkPrefix = checkTablePrefix;
@@ -71,6 +75,12 @@ export interface MysqlSql {
    * lease's columns, NULL when the name has no row.
    */
   readonly wakeWait: string;
+  /**
+   * A holder's release on the session holding the wake lock (name, owner, term, wake lock): the
+   * release statement (committed on its own: the session is in autocommit), then RELEASE_LOCK.
+   * One row: `released` (1 when the lease was released, else 0).
+   */
+  readonly releaseWake: string;
   readonly list: string;
   readonly appendFast: string;
   readonly appendAt: string;
@@ -110,6 +120,9 @@ export function buildSql(prefix: string): MysqlSql {
   const renewManyProc = ident(`${prefix}renew_many`);
   const acquireProc = ident(`${prefix}acquire`);
   const wakeWaitProc = ident(`${prefix}wake_wait`);
+  const releaseWakeProc = ident(`${prefix}release_wake`);
+  /** A release: compare-and-set on owner and term of a live lease (the values as given: placeholders or parameters). */
+  const release = (name: string, owner: string, term: string): string => `UPDATE ${L} SET owner = NULL, expires_at = ${NOW} WHERE name = ${name} AND owner = ${owner} AND term = ${term} AND ${LIVE}`;
   const startsWith = (column: string): string => `LEFT(${column}, LENGTH(CAST(? AS BINARY))) = CAST(? AS BINARY)`;
   return {
     purge: [
@@ -250,14 +263,28 @@ export function buildSql(prefix: string): MysqlSql {
          IF v_got = 1 THEN DO RELEASE_LOCK(p_lock); END IF;
          SELECT v_got AS got, ${COLS}, (${LIVE}) AS live FROM (SELECT 1 AS one) AS woken LEFT JOIN ${L} ON name = p_name;
        END`,
+      // A holder's release and its wake lock's, one round trip (see wake.ts): each statement of a
+      // procedure commits on its own in autocommit, so a waiter woken by the RELEASE_LOCK reads
+      // the released row. The lock is let go whether or not the row was this holder's to release.
+      `DROP PROCEDURE IF EXISTS ${releaseWakeProc}`,
+      `CREATE PROCEDURE ${releaseWakeProc}(IN p_name VARBINARY(800), IN p_owner VARBINARY(800), IN p_term BIGINT, IN p_lock VARCHAR(64))
+       MODIFIES SQL DATA
+       BEGIN
+         DECLARE v_released INT DEFAULT 0;
+         ${release('p_name', 'p_owner', 'p_term')};
+         SET v_released = ROW_COUNT();
+         DO RELEASE_LOCK(p_lock);
+         SELECT v_released AS released;
+       END`,
     ],
     acquire: `CALL ${acquireProc}(?, ?, ?, ?, ?)`,
+    releaseWake: `CALL ${releaseWakeProc}(?, ?, ?, ?)`,
     wakeWait: `CALL ${wakeWaitProc}(?, ?, ?) /* tenure wait */`,
     // Compare-and-set on owner and term of a live lease, one statement.
     renew: `UPDATE ${L} SET expires_at = ${NOW} + INTERVAL ? MICROSECOND, ttl_ms = ? WHERE name = ? AND owner = ? AND term = ? AND ${LIVE}`,
     // (batch JSON, ttl µs, ttl ms, owner); the batch is [{"n": name, "t": term}, …].
     renewMany: `CALL ${renewManyProc}(?, ?, ?, ?)`,
-    release: `UPDATE ${L} SET owner = NULL, expires_at = ${NOW} WHERE name = ? AND owner = ? AND term = ? AND ${LIVE}`,
+    release: release('?', '?', '?'),
     readLive: `SELECT ${COLS} FROM ${L} WHERE name = ? AND ${LIVE}`,
     readAny: `SELECT ${COLS}, (${LIVE}) AS live FROM ${L} WHERE name = ?`,
     // Prefix by bytes: LENGTH is the prefix's UTF-8 length, LEFT on VARBINARY counts bytes.

@@ -120,6 +120,10 @@ export class WakeHolder {
   private readonly retries = new Map<string, { timer: NodeJS.Timeout | null; delay: number }>();
   /** Operations on the session, one at a time, in order. */
   private chain: Promise<void> = Promise.resolve();
+  /** Operations queued on `chain` and not yet done. */
+  private queued = 0;
+  /** The session, once open (null while opening, lost or closed). */
+  private current: Session | null = null;
   private closed = false;
 
   constructor(private readonly deps: WakeDeps) {}
@@ -140,6 +144,31 @@ export class WakeHolder {
     this.sync(name);
   }
 
+  /**
+   * Release lease `name` (held at `term`) and its wake lock in one round trip on the session that
+   * holds the lock, so that waiters wake as the release commits: `call` runs the release
+   * procedure there with the lock's name and says whether the lease was released. Null when that
+   * cannot be done at once (the lock is not held here, or the session is busy or not open): the
+   * caller then releases through the pool and calls `drop`. A failed call ends the session (its
+   * locks go with it, waking the waiters) and rejects: the release may or may not have committed.
+   */
+  releaseHere(name: string, term: number, call: (c: MysqlConnection, lock: string) => Promise<boolean>): Promise<boolean> | null {
+    const s = this.current;
+    if (this.closed || s === null || this.queued > 0 || this.wanted.get(name) !== term || !this.locked.has(name)) return null;
+    this.wanted.delete(name);
+    this.retries.delete(name);
+    const released = this.enqueue(async () => {
+      this.locked.delete(name);
+      try {
+        return await within(call(s.c, wakeLockName(s.db, this.deps.tablePrefix, name)), this.deps.timeoutMs);
+      } catch (err) {
+        this.lost(s);
+        throw err;
+      }
+    });
+    return released;
+  }
+
   /** Names whose wake lock the session holds now (tests and diagnostics). */
   heldNames(): string[] {
     return [...this.locked];
@@ -152,6 +181,7 @@ export class WakeHolder {
     this.retries.clear();
     const s = this.session;
     this.session = null;
+    this.current = null;
     this.locked.clear();
     // Ending the session frees every wake lock it holds: waiters wake and read the rows.
     if (s) await s.then((x) => x.c.destroy(), () => {});
@@ -161,7 +191,18 @@ export class WakeHolder {
     if (this.closed) return;
     const retry = this.retries.get(name);
     if (retry?.timer) return; // a take is already scheduled; it syncs to what is wanted then
-    this.chain = this.chain.then(() => this.apply(name)).catch(() => {});
+    void this.enqueue(() => this.apply(name)).catch(() => {});
+  }
+
+  /** Run `op` on the session after the operations queued before it. */
+  private enqueue<T>(op: () => Promise<T>): Promise<T> {
+    this.queued++;
+    const result = this.chain.then(op).finally(() => this.queued--);
+    this.chain = result.then(
+      () => {},
+      () => {},
+    );
+    return result;
   }
 
   private async apply(name: string): Promise<void> {
@@ -219,6 +260,7 @@ export class WakeHolder {
       this.session = p;
       p.then(
         (s) => {
+          if (this.session === p && !this.closed) this.current = s;
           // Lost later (server restart, KILL): every wake lock went with it; take them again.
           const onLost = (): void => this.lost(s);
           s.c.on?.('end', onLost);
@@ -237,6 +279,7 @@ export class WakeHolder {
     void this.session?.then((cur) => {
       if (cur !== s) return;
       this.session = null;
+      this.current = null;
       s.c.destroy();
       this.locked.clear();
       for (const name of this.wanted.keys()) this.again(name);

@@ -12,9 +12,11 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { transferHintName } from '../../src/index.js';
 import type { Lease } from '../../src/index.js';
 import { ZookeeperStore } from '../../src/stores/zookeeper/index.js';
+import { sortCandidates } from '../../src/stores/zookeeper/layout.js';
+import { ZkSession } from '../../src/stores/zookeeper/session.js';
 import { sharedZookeeper, zookeeperInstalled } from '../fixtures/zookeeper.js';
 
-const toClose: ZookeeperStore[] = [];
+const toClose: { close(): unknown }[] = [];
 afterEach(async () => {
   for (const s of toClose.splice(0)) await s.close();
 });
@@ -26,6 +28,16 @@ async function stores(n: number): Promise<ZookeeperStore[]> {
   toClose.push(...made);
   return made;
 }
+
+async function admin(): Promise<ZkSession> {
+  const server = await sharedZookeeper();
+  const s = await ZkSession.open({ hosts: server.host, sessionTimeoutMs: 10_000, requestTimeoutMs: 5000 });
+  toClose.push(s);
+  return s;
+}
+
+/** The store's sights of free names (private): set one to stage a guess that raced another acquire. */
+const sights = (s: ZookeeperStore): Map<string, { term: number; version: number; at: number }> => (s as unknown as { knownFree: Map<string, { term: number; version: number; at: number }> }).knownFree;
 
 async function until<T>(what: string, fn: () => T | undefined): Promise<T> {
   const start = Date.now();
@@ -93,6 +105,54 @@ describe.skipIf(!zookeeperInstalled())('ZooKeeper hand-off path', () => {
     const refused = await b!.acquire('g', 'b~1', 5000);
     expect(refused).toMatchObject({ acquired: false, lease: { owner: 'c~1', term: 2 } });
     expect(await a!.read('g')).toMatchObject({ owner: 'c~1', term: 2 });
+  });
+
+  it('a holder whose node is removed by hand (no release): the watcher is told free, and its acquire still waits out the TTL before term + 1', async () => {
+    const [a, b] = await stores(2);
+    const TTL = 1000;
+    const w = watching(b!, 'g');
+    expect(await a!.acquire('g', 'a~1', TTL)).toMatchObject({ acquired: true, lease: { term: 1 } });
+    await until('the holder told', () => (w.told.at(-1)?.owner === 'a~1' ? true : undefined));
+    const seenAt = performance.now();
+    const z = await admin();
+    const dir = a!.layout.lease('g');
+    const [node] = sortCandidates(await z.getChildren(dir));
+    await z.remove(`${dir}/${node}`, -1);
+    await until('free told', () => (w.told.at(-1) === null ? true : undefined));
+    // a may still believe it leads until its deadline: the guess (no release moved the counter) loses.
+    const early = await b!.acquire('g', 'b~1', TTL);
+    expect(early).toMatchObject({ acquired: false, lease: { term: 1 } });
+    expect(early.lease.remainingMs).toBeGreaterThan(0);
+    let won = await b!.acquire('g', 'b~1', TTL);
+    while (!won.acquired) {
+      await new Promise((r) => setTimeout(r, Math.max(5, won.lease.remainingMs)));
+      won = await b!.acquire('g', 'b~1', TTL);
+    }
+    expect(performance.now() - seenAt).toBeGreaterThanOrEqual(TTL - 5);
+    expect(won.lease.term).toBe(2);
+    w.stop();
+  });
+
+  it('a guess at the counter that another acquire moved by one (the same next term) loses: its node is listed second, it steps back and removes it', async () => {
+    const [a, b, c] = await stores(3);
+    expect(await a!.acquire('g', 'a~1', 5000)).toMatchObject({ acquired: true, lease: { term: 1 } });
+    expect(await a!.release('g', 'a~1', 1)).toBe(true);
+    // The counter now reads "1 released"; c takes term 2 (one more move of the counter).
+    expect(await c!.acquire('g', 'c~1', 5000)).toMatchObject({ acquired: true, lease: { term: 2 } });
+    const z = await admin();
+    const counter = await z.getData(b!.layout.term('g'));
+    expect(counter.data.toString()).toBe('2');
+    // b guesses as a watch told of a's node going would: term 1, the version one release after it.
+    sights(b!).set('g', { term: 1, version: counter.stat.version, at: performance.now() });
+    const r = await b!.acquire('g', 'b~1', 5000);
+    expect(r).toMatchObject({ acquired: false, lease: { owner: 'c~1', term: 2 } });
+    // One holder, the counter still at 2, and b's node gone.
+    expect(await a!.read('g')).toMatchObject({ owner: 'c~1', term: 2 });
+    expect((await z.getData(b!.layout.term('g'))).data.toString()).toBe('2');
+    expect(sortCandidates(await z.getChildren(b!.layout.lease('g')))).toHaveLength(1);
+    expect(await c!.renew('g', 'c~1', 2, 5000)).toMatchObject({ renewed: true });
+    expect(await c!.release('g', 'c~1', 2)).toBe(true);
+    expect(await b!.acquire('g', 'b~1', 5000)).toMatchObject({ acquired: true, lease: { term: 3 } });
   });
 
   it('a watch whose holder goes and is replaced at once tells the new holder (with a free instant before it), never the old one again', async () => {

@@ -19,10 +19,12 @@
  * - Push: `watch` and `watchStream` are ZooKeeper watches (re-armed after each event). A waiting
  *   candidate watches only the holder's node, which is the predecessor of any node it would make.
  * - Hand-off: requests on one session are answered in order, so reads that must see a write are
- *   sent right behind it, not after its answer. After the holder's node goes, the watch reads the
- *   listing and the counter together; an acquire soon after that sight of a free name takes it
- *   with one multi conditional on the counter version seen (a stale sight loses the multi); the
- *   listings after that multi tell whether ours leads and whether a hand-over hint is held.
+ *   sent right behind it, not after its answer. When the holder's node goes, the watch tells
+ *   "free" at once and guesses the counter version a release would have left; then it reads the
+ *   listing and the counter together. An acquire soon after a sight (or guess) of a free name
+ *   takes it with one multi conditional on that version (a wrong or stale one loses the multi and
+ *   the acquire reads as usual); the listings after that multi tell whether ours leads and
+ *   whether a hand-over hint is held.
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -816,14 +818,18 @@ export class ZookeeperStore implements Store {
     let last: string | null | undefined;
     let lastTerm: number | null = null; // the term of the holder last told, while one is
     let freeTerm = 0; // the term counter when "free" was last told (or first seen)
-    const tell = (lease: Lease | null, counter = 0): void => {
+    // The term counter as read while the holder's node at `path` was watched (once per holder).
+    let held: { path: string; term: number; version: number; released: boolean } | null = null;
+    const tell = (lease: Lease | null, counter = 0, released = true): void => {
       const key = lease ? `${lease.owner}@${lease.term}@${lease.ttlMs}@${JSON.stringify(lease.meta)}` : null;
       if (key === null) {
-        // Free after free is news when the counter moved: someone held it in between, unseen
-        // by this watch, and a candidate that lost to them (learnt by its own acquire) waits
-        // for this release.
-        const moved = last === null && counter > freeTerm;
-        freeTerm = Math.max(freeTerm, counter);
+        // Free after free is news when the counter moved to a release: someone held it in
+        // between, unseen by this watch, and a candidate that lost to them (learnt by its own
+        // acquire) waits for this release. A counter moved but not released, with no candidate
+        // listed, is an acquire that came right after the listing: its node fires the children
+        // watch that listing armed, and the next round tells the holder.
+        const moved = last === null && counter > freeTerm && released;
+        if (released) freeTerm = Math.max(freeTerm, counter);
         if (last === undefined || (last === null && !moved)) {
           last = null;
           return;
@@ -839,7 +845,18 @@ export class ZookeeperStore implements Store {
       lastTerm = lease ? lease.term : null;
       listener(lease);
     };
-    return this.rearming(async (again, stopped, cause) => {
+    return this.rearming(async (again, stopped, deleted) => {
+      // The holder's node went: tell "free" now, before any read, and let an acquire here try the
+      // counter at the version a release would have left (the one read while it held, + 1). The
+      // multi of that acquire is conditional on it, so a guess that is wrong loses the multi and
+      // reads as usual: the holder vanished (no release moved the counter), or others came and
+      // went. The one other single move, another's acquire, writes the same next term, and its
+      // node, made with it, is listed before the guesser's, which then steps back.
+      if (deleted !== undefined && held !== null && held.path === deleted && !held.released && held.version >= 0 && !stopped()) {
+        this.knownFree.set(name, { term: held.term, version: held.version + 1, at: now() });
+        tell(null, held.term);
+      }
+      if (deleted !== undefined) held = null;
       const session = await this.ctl();
       const dir = this.layout.lease(name);
       await this.ensure(session, dir);
@@ -847,7 +864,7 @@ export class ZookeeperStore implements Store {
       // node a waiting candidate would make: no herd on the queue behind it); its data
       // watch fires when it renews or goes. With no holder, the children tell who comes.
       // After the holder's node went, the name is most likely free: skip the plain listing.
-      let first = cause === 'deleted' ? undefined : sortCandidates(await session.getChildren(dir))[0];
+      let first = deleted !== undefined ? undefined : sortCandidates(await session.getChildren(dir))[0];
       if (first === undefined) {
         // The armed listing and the counter, asked together: the server answers them in order,
         // so the counter is read no earlier than the listing, in one round trip for both.
@@ -860,19 +877,25 @@ export class ZookeeperStore implements Store {
           this.listed(name, true);
           if (released) this.knownFree.set(name, { term, version, at: now() });
           else this.knownFree.delete(name);
-          if (!stopped()) tell(null, term);
+          if (!stopped()) tell(null, term, released);
           return;
         }
         // Taken already. After a plain listing found none: read again (this round's children
         // watch, if it fires, is then ignored). After a deletion: watch the new holder now (the
         // children watch set here fires once more at most, and re-reads as a later round would).
-        if (cause !== 'deleted') return again();
+        if (deleted === undefined) return again();
         first = children[0]!;
       }
       try {
-        const { data, stat } = await session.getData(`${dir}/${first}`, again);
+        const path = `${dir}/${first}`;
+        const reading = session.getData(path, again);
+        // The counter, once per holder, right behind (no round trip of its own): see above.
+        const counter = held?.path === path ? null : this.readTerm(session, name);
+        counter?.catch(() => {});
+        const { data, stat } = await reading;
         const lease = this.describe(name, await this.decodeNode(session, name, data));
-        this.observe(name, `${dir}/${first}`, stat.version, lease);
+        if (counter) held = { path, ...(await counter) };
+        this.observe(name, path, stat.version, lease);
         this.listed(name, false);
         this.knownFree.delete(name);
         if (!stopped()) tell(lease);
@@ -896,18 +919,19 @@ export class ZookeeperStore implements Store {
    * `again` when they fire; a round that fails is tried again 200 ms later, and every watch is
    * re-armed when a session is replaced. A round superseded by a later arm re-arms nothing.
    */
-  private rearming(round: (again: (event?: ZkEvent) => void, stopped: () => boolean, cause: 'deleted' | undefined) => Promise<void>): Unsubscribe {
+  private rearming(round: (again: (event?: ZkEvent) => void, stopped: () => boolean, deleted: string | undefined) => Promise<void>): Unsubscribe {
     let stopped = false;
     let armed = 0;
     const w = {
-      arm: (cause?: 'deleted'): void => {
+      /** `deleted`: the path of the node whose deletion fired the watch. */
+      arm: (deleted?: string): void => {
         if (stopped || this.closed) return;
         const mine = ++armed;
         // Fired by a ZooKeeper watch (with its event), by a failed round's retry or by a round itself (none).
         const again = (event?: ZkEvent): void => {
-          if (mine === armed) w.arm(event?.getType() === NODE_DELETED_EVENT ? 'deleted' : undefined);
+          if (mine === armed) w.arm(event?.getType() === NODE_DELETED_EVENT ? event.getPath() : undefined);
         };
-        round(again, () => stopped, cause).catch(() => {
+        round(again, () => stopped, deleted).catch(() => {
           if (!stopped) setTimeout(() => again(), 200).unref?.();
         });
       },

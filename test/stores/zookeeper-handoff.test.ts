@@ -133,7 +133,7 @@ describe.skipIf(!zookeeperInstalled())('ZooKeeper hand-off path', () => {
     w.stop();
   });
 
-  it('a guess at the counter that another acquire moved by one (the same next term) loses: its node is listed second, it steps back and removes it', async () => {
+  it('a guess at the counter that another acquire moved by one (the same next term) loses: the read before its multi shows no release, its node is removed', async () => {
     const [a, b, c] = await stores(3);
     expect(await a!.acquire('g', 'a~1', 5000)).toMatchObject({ acquired: true, lease: { term: 1 } });
     expect(await a!.release('g', 'a~1', 1)).toBe(true);
@@ -153,6 +153,40 @@ describe.skipIf(!zookeeperInstalled())('ZooKeeper hand-off path', () => {
     expect(await c!.renew('g', 'c~1', 2, 5000)).toMatchObject({ renewed: true });
     expect(await c!.release('g', 'c~1', 2)).toBe(true);
     expect(await b!.acquire('g', 'b~1', 5000)).toMatchObject({ acquired: true, lease: { term: 3 } });
+  });
+
+  it('a guess that met another acquire whose node was then removed by hand is undone: no second holder of that term, and the TTL wait is kept', async () => {
+    const [a, b, c] = await stores(3);
+    const TTL = 300;
+    const z = await admin();
+    const dir = a!.layout.lease('g');
+    const removeHolder = async (): Promise<void> => {
+      const [node] = sortCandidates(await z.getChildren(dir));
+      await z.remove(`${dir}/${node}`, -1);
+    };
+    expect(await a!.acquire('g', 'a~1', TTL)).toMatchObject({ acquired: true, lease: { term: 1 } });
+    const atOne = await z.getData(a!.layout.term('g'));
+    await removeHolder(); // a vanished: no release, the counter still "1"
+    let c2 = await c!.acquire('g', 'c~1', TTL);
+    while (!c2.acquired) {
+      await new Promise((r) => setTimeout(r, Math.max(5, c2.lease.remainingMs)));
+      c2 = await c!.acquire('g', 'c~1', TTL);
+    }
+    expect(c2.lease.term).toBe(2);
+    await removeHolder(); // c vanished too: the counter reads "2", one move after "1"
+    // b guesses as a watch that saw a's node go would: a release moved the counter by one.
+    sights(b!).set('g', { term: 1, version: atOne.stat.version + 1, at: performance.now() });
+    const r = await b!.acquire('g', 'b~1', TTL);
+    // c may still believe it leads term 2: b neither takes term 2 again nor skips c's TTL.
+    expect(r.acquired).toBe(false);
+    expect(r.lease.term).toBe(2);
+    expect(sortCandidates(await z.getChildren(dir))).toHaveLength(0);
+    let won = await b!.acquire('g', 'b~1', TTL);
+    while (!won.acquired) {
+      await new Promise((res) => setTimeout(res, Math.max(5, won.lease.remainingMs)));
+      won = await b!.acquire('g', 'b~1', TTL);
+    }
+    expect(won.lease.term).toBe(3);
   });
 
   it('a watch whose holder goes and is replaced at once tells the new holder (with a free instant before it), never the old one again', async () => {

@@ -369,7 +369,10 @@ export class ZookeeperStore implements Store {
   private readonly vacantSince = new Map<string, { term: number; at: number }>();
   /** Names whose last listing here found no candidate: an acquire of one reads the term counter early. */
   private readonly listedFree = new Set<string>();
-  /** Names a watch here last saw with no candidate and the counter released, with the counter then. */
+  /**
+   * Names a watch here last saw with no candidate and the counter released, with the counter then;
+   * or, told of the holder's node going, its guess at the counter a release left (see watch, take).
+   */
   private readonly knownFree = new Map<string, { term: number; version: number; at: number }>();
 
   private observe(name: string, path: string, version: number, lease: Lease): void {
@@ -401,7 +404,7 @@ export class ZookeeperStore implements Store {
       const free = attempt === 0 && mine === undefined ? this.knownFree.get(name) : undefined;
       if (free) this.knownFree.delete(name);
       if (free && sentAt - free.at <= KNOWN_FREE_MS) {
-        const taken = await this.take(session, name, owner, ttlMs, metaValue, free.term, free.version, sentAt);
+        const taken = await this.take(session, name, owner, ttlMs, metaValue, free.term, free.version, sentAt, true);
         if (taken) return taken;
         continue;
       }
@@ -480,8 +483,14 @@ export class ZookeeperStore implements Store {
    * Create the holder's node for the term after `last` and move the counter on from `version`, in
    * one multi: the acquire's answer, or null when the multi lost (another acquirer moved the
    * counter first, or a folder was missing): read again and retry.
+   *
+   * `unread`: `last` and `version` were not read just now (a watch's sight, or its guess at the
+   * version a release left). The counter is then read right before the multi on the same session
+   * (no round trip of its own), and a multi that won on a counter other than `last released` at
+   * `version` (a guess that met another acquire's one move, which wrote the same next term) is
+   * undone before anything is reported: its node is removed and the acquire reads as usual.
    */
-  private async take(session: ZkSession, name: string, owner: string, ttlMs: number, metaValue: LeaseMeta, last: number, version: number, sentAt: number): Promise<AcquireResult | null> {
+  private async take(session: ZkSession, name: string, owner: string, ttlMs: number, metaValue: LeaseMeta, last: number, version: number, sentAt: number, unread = false): Promise<AcquireResult | null> {
     const dir = this.layout.lease(name);
     const term = nextTerm(name, last);
     const data: NodeData = { owner, term, ttlMs, meta: metaValue };
@@ -489,6 +498,8 @@ export class ZookeeperStore implements Store {
       version < 0
         ? { op: 'create', path: this.layout.term(name), data: Buffer.from(String(term)), mode: 'persistent' }
         : { op: 'set', path: this.layout.term(name), data: Buffer.from(String(term)), version };
+    const before = unread ? this.readTerm(session, name) : null;
+    before?.catch(() => {});
     const creating = session.multi([termOp, { op: 'create', path: `${dir}/_c_${randomUUID()}-latch-`, data: this.encodeNode(data), mode: 'ephemeral-sequential' }]);
     // Asked right behind the multi on the same session, so answered after it (ZooKeeper answers
     // a session's requests in order) without a round trip of their own: the candidates, to see
@@ -514,6 +525,14 @@ export class ZookeeperStore implements Store {
       }
       if (isZk(err, ZK.BAD_VERSION) || isZk(err, ZK.NODE_EXISTS)) return null; // another acquirer won the counter
       throw err;
+    }
+    if (before) {
+      // What the multi's version check could not tell: the counter it moved on was a release's.
+      const was = await before.catch(() => null);
+      if (was === null || was.version !== version || !was.released || was.term !== last) {
+        await this.removeOwn(session, path);
+        return null;
+      }
     }
     const h: Held = { name, path, session, data, version: 0, sentAt, timer: null };
     this.held.set(name, h);
@@ -850,8 +869,8 @@ export class ZookeeperStore implements Store {
       // counter at the version a release would have left (the one read while it held, + 1). The
       // multi of that acquire is conditional on it, so a guess that is wrong loses the multi and
       // reads as usual: the holder vanished (no release moved the counter), or others came and
-      // went. The one other single move, another's acquire, writes the same next term, and its
-      // node, made with it, is listed before the guesser's, which then steps back.
+      // went. The one other single move, another's acquire, is caught by the counter read right
+      // before that multi, and the multi undone (see take).
       if (deleted !== undefined && held !== null && held.path === deleted && !held.released && held.version >= 0 && !stopped()) {
         this.knownFree.set(name, { term: held.term, version: held.version + 1, at: now() });
         tell(null, held.term);

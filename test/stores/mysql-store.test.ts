@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import { InvalidArgumentError, SeededRandom, StaleTermError } from '../../src/core/index.js';
-import type { Lease } from '../../src/core/index.js';
+import type { AcquireResult, Lease } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
 import { MysqlStore } from '../../src/stores/mysql/index.js';
 import { fencedUpdate, mysqlDialect } from '../../src/fencing/index.js';
@@ -120,13 +120,22 @@ describe('mysql store: on the shared server', () => {
     await db.drop();
   });
 
-  it('migrates a version 5 schema (acquire as a four-statement transaction) in place: leases kept, acquire is one CALL', async () => {
-    const old = open({ tablePrefix: 'v5_' });
+  /**
+   * What tenure with schema `version` left behind: a store on prefix `v<version>_` holding `g` as
+   * a~1, then `procedure` dropped and the version row set back; and a store of today's tenure on it.
+   */
+  async function leftBy(version: number, procedure: string): Promise<{ old: MysqlStore; held: AcquireResult; store: MysqlStore }> {
+    const prefix = `v${version}_`;
+    const old = open({ tablePrefix: prefix });
     const held = await old.acquire('g', 'a~1', 60_000);
-    // Make it what tenure with schema version 5 left behind.
-    await pool.query('DROP PROCEDURE v5_acquire');
-    await pool.query("UPDATE v5_schema SET value = '5' WHERE `key` = 'version'");
-    const store = open({ tablePrefix: 'v5_' });
+    await pool.query(`DROP PROCEDURE ${prefix}${procedure}`);
+    await pool.query(`UPDATE ${prefix}schema SET value = ? WHERE \`key\` = 'version'`, [String(version)]);
+    return { old, held, store: open({ tablePrefix: prefix }) };
+  }
+
+  it('migrates a version 5 schema (acquire as a four-statement transaction) in place: leases kept, acquire is one CALL', async () => {
+    // Version 5 had no acquire procedure.
+    const { held, store } = await leftBy(5, 'acquire');
     expect(await store.acquire('g', 'b~1', 60_000)).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: held.lease.term } });
     expect(await store.acquire('g', 'a~1', 60_000, { k: 'v' })).toMatchObject({ acquired: true, lease: { owner: 'a~1', term: held.lease.term, meta: { k: 'v' } } });
     expect(await store.release('g', 'a~1', held.lease.term)).toBe(true);
@@ -138,12 +147,8 @@ describe('mysql store: on the shared server', () => {
   });
 
   it('migrates a version 6 schema in place, and an acquire tells a win with no live hand-over hint (noTransferHint) from one with it', async () => {
-    const old = open({ tablePrefix: 'v6_' });
-    const held = await old.acquire('g', 'a~1', 60_000);
-    // What tenure with schema version 6 left behind: an acquire procedure without `hinted`.
-    await pool.query('DROP PROCEDURE v6_acquire');
-    await pool.query("UPDATE v6_schema SET value = '6' WHERE `key` = 'version'");
-    const store = open({ tablePrefix: 'v6_' });
+    // Version 6's acquire procedure reported no `hinted` (dropped: the migration makes it again).
+    const { held, store } = await leftBy(6, 'acquire');
     expect(await store.acquire('g', 'b~1', 60_000)).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: held.lease.term } });
     const [v] = await pool.query("SELECT value FROM v6_schema WHERE `key` = 'version'");
     expect(v).toEqual([{ value: String(SCHEMA_VERSION) }]);
@@ -167,12 +172,8 @@ describe('mysql store: on the shared server', () => {
   });
 
   it('migrates a version 7 schema in place: the release procedure is made, and a release on the wake lock\'s session works at once', async () => {
-    const old = open({ tablePrefix: 'v7_' });
-    const held = await old.acquire('g', 'a~1', 60_000);
-    // What tenure with schema version 7 left behind: no release procedure.
-    await pool.query('DROP PROCEDURE v7_release_wake');
-    await pool.query("UPDATE v7_schema SET value = '7' WHERE `key` = 'version'");
-    const store = open({ tablePrefix: 'v7_' });
+    // Version 7 had no release procedure.
+    const { old, held, store } = await leftBy(7, 'release_wake');
     const lost = await store.acquire('g', 'b~1', 60_000);
     expect(lost).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: held.lease.term } });
     const [v] = await pool.query("SELECT value FROM v7_schema WHERE `key` = 'version'");

@@ -10,7 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { transferHintName } from '../../src/index.js';
-import type { Lease } from '../../src/index.js';
+import type { AcquireResult, Lease } from '../../src/index.js';
 import { ZookeeperStore } from '../../src/stores/zookeeper/index.js';
 import { sortCandidates } from '../../src/stores/zookeeper/layout.js';
 import { ZkSession } from '../../src/stores/zookeeper/session.js';
@@ -27,6 +27,16 @@ async function stores(n: number): Promise<ZookeeperStore[]> {
   const made = Array.from({ length: n }, () => new ZookeeperStore({ hosts: [server.host], chroot, requestTimeoutMs: 5000 }));
   toClose.push(...made);
   return made;
+}
+
+/** Acquire `name` for `owner`, waiting out each refusal's remaining time, until it is taken. */
+async function acquireOnceFree(store: ZookeeperStore, name: string, owner: string, ttlMs: number): Promise<AcquireResult> {
+  let r = await store.acquire(name, owner, ttlMs);
+  while (!r.acquired) {
+    await new Promise((res) => setTimeout(res, Math.max(5, r.lease.remainingMs)));
+    r = await store.acquire(name, owner, ttlMs);
+  }
+  return r;
 }
 
 async function admin(): Promise<ZkSession> {
@@ -123,11 +133,7 @@ describe.skipIf(!zookeeperInstalled())('ZooKeeper hand-off path', () => {
     const early = await b!.acquire('g', 'b~1', TTL);
     expect(early).toMatchObject({ acquired: false, lease: { term: 1 } });
     expect(early.lease.remainingMs).toBeGreaterThan(0);
-    let won = await b!.acquire('g', 'b~1', TTL);
-    while (!won.acquired) {
-      await new Promise((r) => setTimeout(r, Math.max(5, won.lease.remainingMs)));
-      won = await b!.acquire('g', 'b~1', TTL);
-    }
+    const won = await acquireOnceFree(b!, 'g', 'b~1', TTL);
     expect(performance.now() - seenAt).toBeGreaterThanOrEqual(TTL - 5);
     expect(won.lease.term).toBe(2);
     w.stop();
@@ -167,11 +173,7 @@ describe.skipIf(!zookeeperInstalled())('ZooKeeper hand-off path', () => {
     expect(await a!.acquire('g', 'a~1', TTL)).toMatchObject({ acquired: true, lease: { term: 1 } });
     const atOne = await z.getData(a!.layout.term('g'));
     await removeHolder(); // a vanished: no release, the counter still "1"
-    let c2 = await c!.acquire('g', 'c~1', TTL);
-    while (!c2.acquired) {
-      await new Promise((r) => setTimeout(r, Math.max(5, c2.lease.remainingMs)));
-      c2 = await c!.acquire('g', 'c~1', TTL);
-    }
+    const c2 = await acquireOnceFree(c!, 'g', 'c~1', TTL);
     expect(c2.lease.term).toBe(2);
     await removeHolder(); // c vanished too: the counter reads "2", one move after "1"
     // b guesses as a watch that saw a's node go would: a release moved the counter by one.
@@ -181,11 +183,7 @@ describe.skipIf(!zookeeperInstalled())('ZooKeeper hand-off path', () => {
     expect(r.acquired).toBe(false);
     expect(r.lease.term).toBe(2);
     expect(sortCandidates(await z.getChildren(dir))).toHaveLength(0);
-    let won = await b!.acquire('g', 'b~1', TTL);
-    while (!won.acquired) {
-      await new Promise((res) => setTimeout(res, Math.max(5, won.lease.remainingMs)));
-      won = await b!.acquire('g', 'b~1', TTL);
-    }
+    const won = await acquireOnceFree(b!, 'g', 'b~1', TTL);
     expect(won.lease.term).toBe(3);
   });
 

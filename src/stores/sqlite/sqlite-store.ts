@@ -74,6 +74,7 @@ import type {
 } from '../../core/index.js';
 import { openDatabase } from './driver.js';
 import type { SqliteDatabase, SqliteDriverName, SqlRow, SqliteStatement } from './driver.js';
+import { StreamReaderThread } from './stream-reader.js';
 import { hostClock } from './host-clock.js';
 import { LeaseWaitFlag } from './lease-flag.js';
 import { prepareDatabaseFile } from './file.js';
@@ -134,6 +135,11 @@ const DEFAULT_TIMEOUT_MS = 5000;
  * lock (WAL) and so meet a busy database only in rare moments, and hold nobody back.
  */
 type Priority = 'lease' | 'bulk' | 'read';
+
+/** Smallest page a catch-up read sends to the worker thread: below it the hand-over costs more than it saves. */
+const THREAD_MIN_LIMIT = 256;
+/** Streams whose last full page is remembered (a catch-up in progress each); past it the memory starts over. */
+const FULL_PAGE_STREAMS = 1024;
 
 /** Longest synchronous polling slice, ms, by priority: how long a waiting call may block the thread. */
 const SLICE_MS: Record<Priority, number> = { lease: 2, bulk: 1, read: 1 };
@@ -256,6 +262,10 @@ export class SqliteStore implements Store {
   private leaseCommits = 0;
   /** Raised by this store's waiting lease calls, respected by its bulk calls (see LeaseWaitFlag). */
   private readonly leaseWait: LeaseWaitFlag;
+  /** Catch-up page reads off the main thread (none for an in-memory database: it is this connection's alone). */
+  private readonly reader: StreamReaderThread | null;
+  /** Per stream, the last position of the last read that filled its page: a read after it is a catch-up. */
+  private readonly fullPageEnds = new Map<string, number>();
   private closed = false;
 
   constructor(options: SqliteStoreOptions) {
@@ -311,6 +321,7 @@ export class SqliteStore implements Store {
       }
     }
     this.st = this.prepare();
+    this.reader = this.path === ':memory:' ? null : new StreamReaderThread(this.path, this.driver, this.readEntriesOffThread(), this.timeoutMs);
   }
 
   async acquire(name: string, owner: string, ttlMs: number, meta?: LeaseMeta): Promise<AcquireResult> {
@@ -475,11 +486,24 @@ export class SqliteStore implements Store {
   async readStream(stream: string, options?: ReadStreamOptions): Promise<StreamEntry[]> {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
-    return this.query('readStream', () =>
+    let entries: StreamEntry[] | null = null;
+    // A read that continues a full page is a catch-up: read it on the worker thread, so the page
+    // before it is applied on this one meanwhile (see StreamReaderThread).
+    if (limit >= THREAD_MIN_LIMIT && this.fullPageEnds.get(stream) === after && this.reader?.usable) {
+      entries = await this.reader.read(stream, after, limit);
+    }
+    entries ??= await this.query('readStream', () =>
       this.st.readEntries
         .all(stream, after, limit)
         .map((r) => decodeStreamEntry('sqlite', stream, { seq: r.seq, lease: String(r.lease), term: r.term, payload: String(r.payload), appendedAt: r.appended_at })),
     );
+    if (limit >= THREAD_MIN_LIMIT && entries.length === limit) {
+      if (this.fullPageEnds.size >= FULL_PAGE_STREAMS && !this.fullPageEnds.has(stream)) this.fullPageEnds.clear();
+      this.fullPageEnds.set(stream, entries[entries.length - 1]!.seq);
+    } else {
+      this.fullPageEnds.delete(stream);
+    }
+    return entries;
   }
 
   /** The stream's last entry, by the primary key read backwards (no scan). */
@@ -528,7 +552,9 @@ export class SqliteStore implements Store {
       this.stopLocalAppends();
       this.watched.clear();
       this.watchedStreams.clear();
+      this.fullPageEnds.clear();
       this.db.close();
+      if (this.reader) return this.reader.close();
     }
     return Promise.resolve();
   }
@@ -628,6 +654,20 @@ export class SqliteStore implements Store {
       dataVersion: p('PRAGMA data_version'),
     };
   }
+  /**
+   * readEntries for the worker thread: a position or term that is a safe integer comes back as a
+   * number (no text to parse), anything else as text, which the main thread's decoding refuses
+   * exactly as it does on its own reads.
+   */
+  private readEntriesOffThread(): string {
+    const safe = (column: string, min: number): string =>
+      `CASE WHEN typeof(${column}) = 'integer' AND ${column} BETWEEN ${min} AND ${Number.MAX_SAFE_INTEGER} THEN ${column} ELSE CAST(${column} AS TEXT) END`;
+    return (
+      `SELECT ${safe('seq', 1)} AS seq, lease, ${safe('term', 0)} AS term, payload, ${this.hasAppendTimes ? 'appended_at' : '0 AS appended_at'} ` +
+      'FROM tenure_streams WHERE stream = ? AND seq > ? ORDER BY tenure_streams.seq LIMIT ?'
+    );
+  }
+
 
   private getRow(name: string): LeaseRow | undefined {
     const r = this.st.getLease.get(name);

@@ -6,7 +6,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { InvalidArgumentError } from '../../src/core/index.js';
+import { InvalidArgumentError, StoreDataError } from '../../src/core/index.js';
 import type { Lease } from '../../src/core/index.js';
 import { PostgresStore } from '../../src/stores/postgres/index.js';
 import { fencedUpdate, postgresDialect } from '../../src/fencing/index.js';
@@ -125,6 +125,34 @@ describe('postgres store: on the shared server', () => {
     const page = await store.readStream('s', { after: 25_000, limit: 100 });
     expect(page.map((e) => e.seq)).toEqual(Array.from({ length: 100 }, (_, i) => 25_001 + i));
     expect(await store.readStream('s', { after: 49_990, limit: 100 })).toHaveLength(10);
+  });
+
+  it('reads a page as one json text: payloads of every shape come back exactly, and a position or term beyond 2^53 - 1 is refused, not rounded', async () => {
+    const store = open({ tablePrefix: 'json_' });
+    const { lease } = await store.acquire('g', 'a~1', 60_000);
+    const shapes = ['', 'plain', 'quote \' " and \\ backslash', 'ünïcödé ✓ 𝄞 🎉', 'control \u0001\u001f\t\n\r', '{"json":[1,2,{"a":null}]}', '\\u0000 not a nul', 'x'.repeat(5000)];
+    for (const payload of shapes) await store.appendFenced({ lease: 'g', term: lease.term }, 's', payload);
+    const page = await store.readStream('s', { limit: 100 });
+    expect(page.map((e) => e.payload)).toEqual(shapes);
+    expect(page.map((e) => e.seq)).toEqual(shapes.map((_, i) => i + 1));
+    expect(page.every((e) => e.term === lease.term && e.lease === 'g' && e.appendedAt > 1_700_000_000_000)).toBe(true);
+    // Each entry of the page equals the same entry read alone (readLast reads columns, not json).
+    expect(page.at(-1)).toEqual(await store.readLast('s'));
+    expect(await store.readStream('s', { after: shapes.length, limit: 10 })).toEqual([]);
+    // A position beyond 2^53 - 1 (the page is (after, after + limit]: read where the row now is).
+    await pool.query(`UPDATE json_streams SET seq = 9007199254740993 WHERE stream = 's' AND seq = 3`);
+    const far = await store.readStream('s', { after: 9_007_199_254_740_990, limit: 10 }).catch((e: unknown) => e);
+    expect(far).toBeInstanceOf(StoreDataError);
+    expect((far as Error).message).toContain('position 9007199254740993');
+    await pool.query(`UPDATE json_streams SET seq = 3 WHERE stream = 's' AND seq = 9007199254740993`);
+    for (const term of ['9007199254740993', '-1']) {
+      await pool.query(`UPDATE json_streams SET term = ${term} WHERE stream = 's' AND seq = 3`);
+      const err = await store.readStream('s', { limit: 100 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StoreDataError);
+      expect((err as Error).message).toContain(`postgres store: lease "g" holds term "${term}"`);
+    }
+    await pool.query(`UPDATE json_streams SET term = $1 WHERE stream = 's' AND seq = 3`, [lease.term]);
+    expect((await store.readStream('s', { limit: 100 })).map((e) => e.payload)).toEqual(shapes);
   });
 
   it('migrates a version 1 schema (name-only NOTIFY) in place, and pushes the state in the payload', async () => {

@@ -388,8 +388,8 @@ export class PostgresStore implements Store {
     checkName('stream', stream);
     const { after, limit } = checkReadOptions(options);
     const r = await this.run('readStream', (c) => this.query(c, 'readStream', [stream, after, limit]));
-    return r.rows.map((row) =>
-      decodeStreamEntry('postgres', stream, { seq: row.seq, lease: String(row.lease), term: row.term, payload: String(row.payload), appendedAt: row.appended_at }),
+    return pageRows(stream, first(r).page).map((row) =>
+      decodeStreamEntry('postgres', stream, { seq: row[0], lease: String(row[1]), term: row[2], payload: String(row[3]), appendedAt: row[4] }),
     );
   }
 
@@ -812,6 +812,20 @@ function headOf(row: Record<string, unknown>): StreamHead {
   const nowMs = Number(row.now_ms);
   if (!Number.isSafeInteger(seq) || seq < 0 || !Number.isFinite(nowMs)) throw new StoreDataError(`postgres store: unexpected stream head ${String(row.seq)} at ${String(row.now_ms)}`);
   return { seq, nowMs: Math.floor(nowMs) };
+}
+
+/** The rows of a `readStream` page, a json text of five-element arrays (see sql.ts). */
+function pageRows(stream: string, page: unknown): (readonly unknown[])[] {
+  let rows: unknown;
+  try {
+    rows = typeof page === 'string' ? JSON.parse(page) : undefined;
+  } catch {
+    rows = undefined;
+  }
+  if (!Array.isArray(rows) || !rows.every((row) => Array.isArray(row) && row.length === 5)) {
+    throw new StoreDataError(`postgres store: stream ${JSON.stringify(stream)}: a page read back is not the list of entries tenure asked for (${String(page).slice(0, 80)})`);
+  }
+  return rows as (readonly unknown[])[];
 }
 
 function first(r: PgQueryResult): Record<string, unknown> {

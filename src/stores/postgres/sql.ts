@@ -75,6 +75,11 @@ export interface PgSql {
   readonly purge: readonly string[];
 }
 
+/** A bigint column as JSON: a number when it is an integer in [min, 2^53 - 1], else its text. */
+function safeJsonInt(column: string, min: number): string {
+  return `CASE WHEN ${column} BETWEEN ${min} AND ${Number.MAX_SAFE_INTEGER} THEN to_json(${column}) ELSE to_json(${column}::text) END`;
+}
+
 export function buildSql(prefix: string): PgSql {
   const schemaTable = ident(`${prefix}schema`);
   const L = ident(`${prefix}leases`);
@@ -349,7 +354,14 @@ export function buildSql(prefix: string): PgSql {
     // table that has just grown (autoanalyze not yet run) the planner took a bitmap scan of every
     // row past `after` and a sort, 15-45 ms a page over 100,000 entries, for the custom plans of
     // a connection's first executions (bench follow, catch-up).
-    readStream: `SELECT seq, lease, term, payload, (EXTRACT(EPOCH FROM appended_at) * 1000)::float8 AS appended_at FROM ${S} WHERE stream = $1 AND seq > $2::bigint AND seq <= $2::bigint + $3::int ORDER BY seq LIMIT $3::int`,
+    //
+    // The page comes back as ONE json text, `[[seq, lease, term, payload, appended_at], ...]`:
+    // the driver then parses one value instead of five per row (JSON.parse is native), which took
+    // a catch-up's reading from about 3.5 to about 1.3 µs of this process's CPU per entry
+    // (scratch probe, 100,000 entries). seq and term are JSON numbers only where they are safe
+    // integers (JSON.parse would round a larger one silently); any other value comes as its text,
+    // which decoding refuses exactly as it refuses the driver's int8 text.
+    readStream: `SELECT coalesce(json_agg(json_build_array(${safeJsonInt('seq', 1)}, lease, ${safeJsonInt('term', 0)}, payload, (EXTRACT(EPOCH FROM appended_at) * 1000)::float8) ORDER BY seq), '[]')::text AS page FROM (SELECT seq, lease, term, payload, appended_at FROM ${S} WHERE stream = $1 AND seq > $2::bigint AND seq <= $2::bigint + $3::int ORDER BY seq LIMIT $3::int) AS p`,
     // The primary key (stream, seq) read backwards: one index probe.
     readLast: `SELECT seq, lease, term, payload, (EXTRACT(EPOCH FROM appended_at) * 1000)::float8 AS appended_at FROM ${S} WHERE stream = $1 ORDER BY seq DESC LIMIT 1`,
     // The head (as committed now; 0 for a stream never written) and the server's clock (the clock

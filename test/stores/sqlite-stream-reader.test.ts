@@ -5,6 +5,7 @@
  * the same refusals of a row tenure cannot use, the main thread taking over when the worker
  * cannot serve or dies, and nothing left running after close.
  */
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +14,7 @@ import { ClosedError, Follower, StoreDataError, sqliteSink } from '../../src/ind
 import type { StreamEntry } from '../../src/index.js';
 import { SqliteStore } from '../../src/stores/sqlite/index.js';
 import { StreamReaderThread } from '../../src/stores/sqlite/stream-reader.js';
+import { fixturePath } from '../fixtures/harness.js';
 import { openTestSqlite } from '../fixtures/sqlite-compat.js';
 
 const dirs: string[] = [];
@@ -179,6 +181,21 @@ describe('SQLite catch-up reads on a worker thread', () => {
     expect(await asked).toBeInstanceOf(ClosedError);
     await exited;
     await expect(store.readStream('s', { after: 0, limit: PAGE })).rejects.toBeInstanceOf(ClosedError);
+  });
+
+  it('a read waiting for the worker keeps the process alive, an idle worker does not (a script that leaves its store open ends)', async () => {
+    const path = dbPath();
+    await fill(open(path), 700);
+    const child = spawn(process.execPath, [fixturePath('sqlite-worker-read'), path], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const kill = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+    clearTimeout(kill);
+    expect({ code, err }).toEqual({ code: 0, err: '' }); // null: killed, still running 15 s on
+    expect(JSON.parse(out)).toEqual({ entries: 600, pages: 1 });
   });
 
   it('a follower catching up applies every entry once, in order, with pages from the worker', { timeout: 60_000 }, async () => {

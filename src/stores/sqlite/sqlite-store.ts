@@ -654,6 +654,7 @@ export class SqliteStore implements Store {
       dataVersion: p('PRAGMA data_version'),
     };
   }
+
   /**
    * readEntries for the worker thread: a position or term that is a safe integer comes back as a
    * number (no text to parse), anything else as text, which the main thread's decoding refuses
@@ -667,7 +668,6 @@ export class SqliteStore implements Store {
       'FROM tenure_streams WHERE stream = ? AND seq > ? ORDER BY tenure_streams.seq LIMIT ?'
     );
   }
-
 
   private getRow(name: string): LeaseRow | undefined {
     const r = this.st.getLease.get(name);

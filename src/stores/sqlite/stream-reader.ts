@@ -12,9 +12,10 @@
  * The store sends a read here only when it continues a full page (see SqliteStore.readStream), so
  * a follower's one-entry reads at the head keep the main thread's lower latency.
  *
- * Checks are the same as on the main thread: every row whose position or term is not a safe
- * integer comes back unpacked and is decoded by `decodeStreamEntry` there, which names it in a
- * StoreDataError. The worker's connection is `query_only`: it cannot write.
+ * Checks are the same as on the main thread: a page with a row whose position or term is not a
+ * safe integer comes back as plain rows, decoded by `decodeStreamEntry` there, which refuses that
+ * row with the StoreDataError a main-thread read gives. The worker's connection is `query_only`:
+ * it cannot write.
  *
  * A worker that cannot start, cannot open the file, or dies answers nothing it was asked: those
  * reads, and every read after, are served by the main thread as before (`null` from `read`).

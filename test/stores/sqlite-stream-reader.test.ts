@@ -135,6 +135,21 @@ describe('SQLite catch-up reads on a worker thread', () => {
     expect(healed.map((e) => e.seq)).toEqual(Array.from({ length: 1000 }, (_, i) => i + 1));
   });
 
+  it('reads hand-written append times (text, a fraction, negative) as the main thread does', async () => {
+    const path = dbPath();
+    await fill(open(path), 1000);
+    const raw = openTestSqlite(path);
+    raw.exec("UPDATE tenure_streams SET appended_at = 'garbage' WHERE stream = 's' AND seq = 700");
+    raw.exec("UPDATE tenure_streams SET appended_at = 1700000000000.7 WHERE stream = 's' AND seq = 701");
+    raw.exec("UPDATE tenure_streams SET appended_at = -5 WHERE stream = 's' AND seq = 702");
+    raw.close();
+    const store = open(path);
+    const read = await catchUp(store, PAGE);
+    expect(readerOf(store).served.pages).toBeGreaterThanOrEqual(1);
+    expect(read).toEqual(await mainThreadRead(open(path)));
+    expect(read.slice(699, 702).map((e) => e.appendedAt)).toEqual([0, 1_700_000_000_000, 0]);
+  });
+
   it('reads on the main thread when the worker dies, the page it was asked for included', async () => {
     const path = dbPath();
     await fill(open(path), 1500);

@@ -22,7 +22,7 @@
  */
 import { createRequire } from 'node:module';
 import { Worker } from 'node:worker_threads';
-import { ClosedError, StoreUnavailableError, decodeStreamEntry } from '../../core/index.js';
+import { ClosedError, StoreUnavailableError, decodeAppendedAt, decodeStreamEntry } from '../../core/index.js';
 import type { StreamEntry } from '../../core/index.js';
 import type { SqliteDriverName } from './driver.js';
 
@@ -92,10 +92,6 @@ try {
   read = null;
 }
 const safe = (v, min) => typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
-const appendedAt = (v) => {
-  const n = typeof v === 'bigint' ? Number(v) : typeof v === 'string' && v !== '' ? Number(v) : v;
-  return typeof n !== 'number' || !Number.isFinite(n) || n <= 0 || n > Number.MAX_SAFE_INTEGER ? 0 : Math.floor(n);
-};
 parentPort.on('message', (m) => {
   if (read === null) return;
   let rows;
@@ -123,10 +119,12 @@ parentPort.on('message', (m) => {
     const row = [seq, typeof lease === 'string' ? lease : String(lease), term, typeof payload === 'string' ? payload : String(payload), at];
     flat[i] = row;
     if (!packable) continue;
-    if (!safe(seq, 1) || !safe(term, 0)) { packable = false; continue; }
+    // An append time that is not a number (written by hand) goes back as a plain row too: the
+    // main thread's decodeAppendedAt reads it, as it reads every packed one.
+    if (!safe(seq, 1) || !safe(term, 0) || typeof at !== 'number') { packable = false; continue; }
     nums[3 * i] = seq;
     nums[3 * i + 1] = term;
-    nums[3 * i + 2] = appendedAt(at);
+    nums[3 * i + 2] = at;
     let li = leaseIndex.get(row[1]);
     if (li === undefined) { li = leases.length; leases.push(row[1]); leaseIndex.set(row[1], li); }
     leaseOf[i] = li;
@@ -316,7 +314,7 @@ function unpack(stream: string, page: Packed): StreamEntry[] {
     } else {
       payload = payloads![i]!;
     }
-    out[i] = { stream, seq: nums[3 * i]!, lease: leases[leaseOf[i]!]!, term: nums[3 * i + 1]!, payload, appendedAt: nums[3 * i + 2]! };
+    out[i] = { stream, seq: nums[3 * i]!, lease: leases[leaseOf[i]!]!, term: nums[3 * i + 1]!, payload, appendedAt: decodeAppendedAt(nums[3 * i + 2]!) };
   }
   return out;
 }

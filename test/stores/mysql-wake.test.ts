@@ -284,6 +284,44 @@ describe('mysql wake locks', () => {
     w.stop();
   });
 
+  it('a watch begun on a new database, before its tables exist, waits on the lock once they do (not a poll)', async () => {
+    const fresh = await createMysqlDatabase();
+    const a = new MysqlStore({ url: fresh.url, watchPollMs: NEVER_MS });
+    const b = new MysqlStore({ url: fresh.url, watchPollMs: NEVER_MS });
+    try {
+      // The first call of either store creates the tables; the watch starts before any.
+      const w = record(a, 'g');
+      const term = (await b.acquire('g', 'b~1', TTL_MS)).lease.term;
+      await waitFor(() => a.wakeState().waiting.includes('g') && b.wakeState().held.includes('g'), 10_000, 'waiting on the wake lock');
+      expect(await b.release('g', 'b~1', term)).toBe(true);
+      await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen by push');
+      w.stop();
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+      await fresh.drop();
+    }
+  });
+
+  it('a candidate that lost an acquire waits on the new holder at once, even after a long spell with the lease free: a quick release is heard by push', async () => {
+    const holder = open();
+    const waiter = open();
+    const w = record(waiter, 'quiet');
+    // Free and never held: each wake finds the lock free and brings no news, so the waiter's
+    // pauses double (10, 20, … 640 ms), and the eighth wake begins a pause of a second.
+    await waitFor(() => waiter.wakeState().wakes >= 8, 10_000, 'eight wakes with no news');
+    // A holder comes at once (the startup of a group whose first acquire was slow); the waiter's
+    // own candidate loses to it, and the holder gives the lease up as soon as it holds its lock.
+    const term = (await holder.acquire('quiet', 'a~1', TTL_MS)).lease.term;
+    expect(await waiter.acquire('quiet', 'b~1', TTL_MS)).toMatchObject({ acquired: false, lease: { owner: 'a~1', term } });
+    await waitFor(() => holder.wakeState().held.includes('quiet'), 10_000, 'wake lock held');
+    const releasedAt = performance.now();
+    expect(await holder.release('quiet', 'a~1', term)).toBe(true);
+    await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen');
+    // Heard at the release, not when that pause of a second ends (before the fix: ~950 ms).
+    expect(performance.now() - releasedAt).toBeLessThan(500);
+    w.stop();
+  });
+
   it('a release before the wake lock is taken (or while the holding session is busy) goes through the pool: released, and no lock left held', async () => {
     const holder = open();
     for (let round = 0; round < 5; round++) {

@@ -213,6 +213,10 @@ export class MysqlStore implements Store {
         tablePrefix: this.tablePrefix,
         checkout: async () => {
           if (this.closed) throw new ClosedError('mysql store');
+          // The tables and procedures first (once per store): a wait begun before they exist
+          // (a watch on a new database, started beside the first acquire that creates them)
+          // would fail its CALL and poll for a whole interval instead of waiting on the lock.
+          await this.migrate();
           return checkout();
         },
         kill: (id) => this.calls.run('wake', async (c) => void (await c.query(`KILL CONNECTION ${Number(id)}`))),
@@ -260,7 +264,11 @@ export class MysqlStore implements Store {
     if (result.acquired) {
       this.holder?.hold(name, result.lease.term);
       this.noteLocal(name, { term: result.lease.term, owner }, result.lease);
-    } else if (result.lease.owner !== owner) this.holder?.drop(name);
+    } else if (result.lease.owner !== owner) {
+      this.holder?.drop(name);
+      // Lost to a holder, which takes its wake lock next: a waiter of ours waits on it now.
+      this.wakers.get(name)?.nudge();
+    }
     return result;
   }
 

@@ -16,8 +16,9 @@
  *   whom watchers were told: its holder does not hold the wake lock, e.g. it has just acquired and
  *   not taken it yet, its session was lost, or it is a store without wake locks) is followed by a
  *   pause that doubles from MIN_PAUSE_MS up to the fallback poll interval before waiting again,
- *   so a waiter never spins. A lost or killed wake connection falls back to polling the row through
- *   the pool at that interval until a new connection is open.
+ *   so a waiter never spins; `nudge` (the store's acquire lost to a holder, which takes the lock
+ *   next) ends such a pause and starts the pauses afresh. A lost or killed wake connection falls
+ *   back to polling the row through the pool at that interval until a new connection is open.
  * - Lock names: `tenure-wake:` and 43 characters of a SHA-256 over the database, the table
  *   prefix and the lease name (user-level locks are server-wide and at most 64 characters long),
  *   so any name, however long or hostile, fits and never meets another database's or prefix's.
@@ -292,6 +293,10 @@ export class Waker {
   private stopped = false;
   private session: Session | null = null;
   private wakeUp: (() => void) | null = null;
+  /** Cuts a no-news pause short (see `nudge`); null while not in one. */
+  private cutPause: (() => void) | null = null;
+  /** Set by `nudge`: the next wait starts afresh (shortest pause and wait). */
+  private nudged = false;
   /** Rejects at stop(): a dropped connection's pending statement may never be answered. */
   private readonly stopping: Promise<never>;
   private stopNow!: (err: Error) => void;
@@ -308,6 +313,20 @@ export class Waker {
     this.stopping = new Promise<never>((_, reject) => (this.stopNow = reject));
     this.stopping.catch(() => {});
     this.done = this.loop();
+  }
+
+  /**
+   * The store learnt, by a call of its own, that `name` has a (new) holder, which takes its wake
+   * lock right after its acquire: wait on it now rather than after a no-news pause. Those pauses
+   * double while the lock is free (up to a second, e.g. through a long spell with the lease free),
+   * and a release that lands during one is heard only when it ends: a candidate that lost to a
+   * holder that gives up at once (a quick hand-off after a start) would hear of it a second late.
+   * A waiter blocked in GET_LOCK, or polling after a lost connection, is left as it is.
+   */
+  nudge(): void {
+    if (this.stopped) return;
+    this.nudged = true;
+    this.cutPause?.();
   }
 
   /** Stop waiting: the blocked GET_LOCK is killed on the server and the connection dropped. */
@@ -368,8 +387,13 @@ export class Waker {
         } else if (got === 1) {
           // The lock was free and nothing changed: the lease is free, or its holder does not hold
           // the wake lock (yet). Pause before trying again, so a waiter never spins.
-          await this.sleep(pause);
-          pause = Math.min(pause * 2, maxPause);
+          // A nudge (a holder is on its way) ends the pause and starts the next afresh.
+          if (!this.nudged) await this.pauseFor(pause);
+          if (this.nudged) {
+            this.nudged = false;
+            pause = MIN_PAUSE_MS;
+            waitS = FIRST_WAIT_S;
+          } else pause = Math.min(pause * 2, maxPause);
         } else {
           // Timed out: a holder holds the wake lock. Wait longer next time.
           pause = MIN_PAUSE_MS;
@@ -397,6 +421,17 @@ export class Waker {
   /** A statement's answer, within `ms`, unless stopped first. */
   private ask<T>(p: Promise<T>, ms: number): Promise<T> {
     return Promise.race([within(p, ms), this.stopping]);
+  }
+
+  /** A no-news pause: `ms`, or until `nudge` or `stop`. */
+  private async pauseFor(ms: number): Promise<void> {
+    const slept = this.sleep(ms);
+    this.cutPause = this.wakeUp;
+    try {
+      await slept;
+    } finally {
+      this.cutPause = null;
+    }
   }
 
   private sleep(ms: number): Promise<void> {

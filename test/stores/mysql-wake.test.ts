@@ -120,6 +120,36 @@ describe('mysql wake locks', () => {
     }
   });
 
+  it('the hold session has the release statement prepared once it holds a wake lock: a first release is one round trip', async () => {
+    // As above: the user's own pool shows each connection's explicit prepares. With wakeLocks the
+    // hold session comes from it too.
+    const pool = mysql.createPool({ uri: db.url, connectionLimit: 6 });
+    const prepared = new Map<object, string[]>();
+    pool.on('connection', (c) => {
+      const core = c as unknown as { prepare: (sql: unknown, cb: unknown) => unknown };
+      const original = core.prepare.bind(core);
+      prepared.set(c, []);
+      core.prepare = (sql, cb) => (prepared.get(c)!.push(String(sql)), original(sql, cb));
+    });
+    const releasePrepares = (): number => [...prepared.values()].flat().filter((q) => q.includes('release_wake')).length;
+    try {
+      const store = open({ url: undefined, pool, wakeLocks: true });
+      const term = (await store.acquire('hs', 'a~1', TTL_MS)).lease.term;
+      await waitFor(() => store.wakeState().held.includes('hs') && releasePrepares() === 1, 10_000, 'release statement prepared on the hold session');
+      expect(await store.release('hs', 'a~1', term)).toBe(true);
+      expect(store.wakeState().held).toEqual([]);
+      expect(await store.read('hs')).toBeNull();
+      // Taken again on the same session: nothing prepared a second time.
+      const t2 = (await store.acquire('hs', 'a~1', TTL_MS)).lease.term;
+      await waitFor(() => store.wakeState().held.includes('hs'), 10_000, 'held again');
+      expect(await store.release('hs', 'a~1', t2)).toBe(true);
+      expect(releasePrepares()).toBe(1);
+    } finally {
+      await Promise.all(stores.splice(0).map((s) => s.close()));
+      await pool.end();
+    }
+  });
+
   it('wakes a waiter at the release, not at a poll or the expiry', async () => {
     const holder = open();
     const waiter = open();

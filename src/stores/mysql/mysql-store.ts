@@ -224,6 +224,7 @@ export class MysqlStore implements Store {
         told: (name, row) => this.toldRow(name, row),
         readAny: this.sql.readAny,
         wakeWait: this.sql.wakeWait,
+        holdStatements: [this.sql.releaseWake],
         pollMs: pollMs ?? 1000,
         timeoutMs: this.timeoutMs,
       };

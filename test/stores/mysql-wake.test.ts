@@ -48,6 +48,23 @@ function record(store: MysqlStore, name: string): { seen: (string | null)[]; sto
 }
 
 /**
+ * A mysql2 pool of the user's own whose public 'connection' event shows each new connection; its
+ * prepare() (not used by execute, which caches through the same statement cache) records, per
+ * connection, what the store prepared ahead of time.
+ */
+function preparingPool(connectionLimit: number): { pool: mysql.Pool; prepared: Map<object, string[]> } {
+  const pool = mysql.createPool({ uri: db.url, connectionLimit });
+  const prepared = new Map<object, string[]>();
+  pool.on('connection', (c) => {
+    const core = c as unknown as { prepare: (sql: unknown, cb: unknown) => unknown };
+    const original = core.prepare.bind(core);
+    prepared.set(c, []);
+    core.prepare = (sql, cb) => (prepared.get(c)!.push(String(sql)), original(sql, cb));
+  });
+  return { pool, prepared };
+}
+
+/**
  * The waits the server shows, once there are `n` of them: the client marks a wait before the
  * server runs it (a first CALL on a connection is prepared first).
  */
@@ -85,17 +102,7 @@ describe('mysql wake locks', () => {
   });
 
   it('a push watch warms two pooled connections with the takeover statements prepared, before any release', async () => {
-    // The user's own mysql2 pool: its public 'connection' event shows each new connection, whose
-    // prepare() (not used by execute, which caches through the same statement cache) tells what
-    // the store prepared ahead of time.
-    const pool = mysql.createPool({ uri: db.url, connectionLimit: 4 });
-    const prepared = new Map<object, string[]>();
-    pool.on('connection', (c) => {
-      const core = c as unknown as { prepare: (sql: unknown, cb: unknown) => unknown };
-      const original = core.prepare.bind(core);
-      prepared.set(c, []);
-      core.prepare = (sql, cb) => (prepared.get(c)!.push(String(sql)), original(sql, cb));
-    });
+    const { pool, prepared } = preparingPool(4);
     try {
       const store = open({ url: undefined, pool });
       await store.read('g'); // one call: one connection, nothing prepared ahead
@@ -121,16 +128,8 @@ describe('mysql wake locks', () => {
   });
 
   it('the hold session has the release statement prepared once it holds a wake lock: a first release is one round trip', async () => {
-    // As above: the user's own pool shows each connection's explicit prepares. With wakeLocks the
-    // hold session comes from it too.
-    const pool = mysql.createPool({ uri: db.url, connectionLimit: 6 });
-    const prepared = new Map<object, string[]>();
-    pool.on('connection', (c) => {
-      const core = c as unknown as { prepare: (sql: unknown, cb: unknown) => unknown };
-      const original = core.prepare.bind(core);
-      prepared.set(c, []);
-      core.prepare = (sql, cb) => (prepared.get(c)!.push(String(sql)), original(sql, cb));
-    });
+    // With wakeLocks the hold session comes from the user's pool too.
+    const { pool, prepared } = preparingPool(6);
     const releasePrepares = (): number => [...prepared.values()].flat().filter((q) => q.includes('release_wake')).length;
     try {
       const store = open({ url: undefined, pool, wakeLocks: true });

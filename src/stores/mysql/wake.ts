@@ -285,7 +285,7 @@ export class WakeHolder {
    * Prepare the hold statements on a new session, queued behind the take that opened it: a first
    * release there would otherwise pay a PREPARE round trip (traced: 0.5-0.8 ms of a hand-off).
    * A release that comes while this is queued goes through the pool (`releaseHere` is null).
-   * A failure ends the session, as a failed take does (its wake locks are taken on a new one).
+   * Best effort: a failure leaves the session as it is.
    */
   private prepareHeld(s: Session): void {
     const sqls = this.deps.holdStatements ?? [];
@@ -293,12 +293,11 @@ export class WakeHolder {
     if (!prepare || sqls.length === 0) return;
     void this.enqueue(async () => {
       if (this.current !== s) return;
-      try {
-        for (const sql of sqls) await within(prepare(sql), this.deps.timeoutMs);
-      } catch {
-        // A session that cannot prepare (or answer) in time is no place for a release: a new one.
-        this.lost(s);
-      }
+      for (const sql of sqls) await within(prepare(sql), this.deps.timeoutMs);
+    }).catch(() => {
+      // Left to `execute`, which prepares on first use as before. Not a reason to end the session:
+      // an error that stays (a dropped procedure) would then open a session after session, and
+      // a session that stopped answering is found by the next take or release, each bounded.
     });
   }
 

@@ -87,7 +87,10 @@ describe.each(BROKER_KINDS)('a Model C follower killed with SIGKILL on %s', (kin
       }
     };
     const until = Date.now() + WAIT_MS * 2;
-    while (count() < TOTAL && Date.now() < until) await delay(50);
+    while (count() < TOTAL && Date.now() < until && last.all('failed').length === 0) await delay(50);
+    // A follower that stopped, or never caught up, says why (its 'failed' and 'retry' reports).
+    expect(last.all('failed')).toEqual([]);
+    expect({ applied: count(), retries: last.all('retry').slice(-5) }).toEqual({ applied: TOTAL, retries: expect.any(Array) });
     last.child.kill('SIGTERM');
     expect((await last.exited).code).toBe(0);
 

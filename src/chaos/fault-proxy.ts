@@ -17,6 +17,10 @@
  *    them away instead.
  *  - `oneWay(direction)`: forward only `direction`; the other one is held (or discarded) as in a
  *    blackhole.
+ *  - `tear(keepBytes, direction)`: a torn write. On every current connection the next chunk in
+ *    `direction` is cut after `keepBytes` bytes, that part is delivered and the connection is then
+ *    closed, as when a peer dies in the middle of a write: the receiver holds half a message. It
+ *    does not change the mode.
  */
 import net from 'node:net';
 
@@ -66,6 +70,9 @@ class Pipe {
   private waitingDrain = false;
   private srcEnded = false;
   private dstEnded = false;
+  /** Armed by tear(): deliver this many bytes of the next chunk, then close. */
+  private tearAfter: number | null = null;
+  private onTorn: (() => void) | null = null;
 
   constructor(
     private readonly src: net.Socket,
@@ -99,6 +106,13 @@ class Pipe {
     this.pump();
   }
 
+  /** Cut the next chunk after `keepBytes` bytes, deliver that part, then call `torn`. */
+  tear(keepBytes: number, torn: () => void): void {
+    this.tearAfter = keepBytes;
+    this.onTorn = torn;
+    this.pump();
+  }
+
   private push(chunk: Buffer): void {
     if (this.flow === 'discard') return;
     this.queue.push({ chunk, due: performance.now() + this.delayMs });
@@ -121,6 +135,18 @@ class Pipe {
           break;
         }
         this.queue.shift();
+        if (this.tearAfter !== null) {
+          // At least one byte is kept back, so the receiver never gets the whole chunk.
+          const part = head.chunk.subarray(0, Math.max(0, Math.min(this.tearAfter, head.chunk.length - 1)));
+          const torn = this.onTorn;
+          this.tearAfter = null;
+          this.onTorn = null;
+          this.queue.length = 0;
+          this.count(part.length);
+          this.dstEnded = true;
+          this.dst.end(part, () => torn?.());
+          return;
+        }
         this.count(head.chunk.length);
         if (!this.dst.write(head.chunk)) this.waitingDrain = true;
       }
@@ -181,6 +207,12 @@ class Connection {
     this.down.setDelay(delayDown);
     this.up.setFlow(flowUp);
     this.down.setFlow(flowDown);
+  }
+
+  /** Tear the next chunk in `direction` (see FaultProxy.tear), then close both sides. */
+  tear(direction: 'up' | 'down', keepBytes: number): void {
+    if (this.closed) return;
+    (direction === 'up' ? this.up : this.down).tear(keepBytes, () => this.destroy());
   }
 
   /** Abrupt end of both sides (RST where the platform allows). */
@@ -263,6 +295,18 @@ export class FaultProxy {
     const n = this.connections.size;
     for (const c of [...this.connections]) c.reset();
     this.stats.dropped += n;
+    return n;
+  }
+
+  /**
+   * A torn write on every current connection: the next chunk in `direction` is cut after
+   * `keepBytes` bytes (and always before its last byte), that part is delivered, and the
+   * connection is closed. New connections are not affected. Returns how many were armed.
+   */
+  async tear(keepBytes: number, direction: 'up' | 'down' = 'down'): Promise<number> {
+    if (!Number.isInteger(keepBytes) || keepBytes < 0) throw new RangeError(`tear: expected keepBytes >= 0, got ${keepBytes}`);
+    const n = this.connections.size;
+    for (const c of [...this.connections]) c.tear(direction, keepBytes);
     return n;
   }
 

@@ -159,6 +159,31 @@ describe('FaultProxy', () => {
     expect(proxy.getStats().dropped).toBe(2);
   });
 
+  it('tear delivers the first bytes of the next chunk down, then closes; new connections pass whole', async () => {
+    const c = await open();
+    await roundTrip(c, 'ab');
+    expect(await proxy.tear(3)).toBe(1);
+    c.socket.write('0123456789');
+    await waitFor('c closed', () => c.state.closed);
+    expect(c.data()).toBe('ab012'); // the server got the whole chunk; the client half of its echo
+    expect(echo.received()).toBe('ab0123456789');
+    const d = await open();
+    await roundTrip(d, 'whole');
+    expect(d.data()).toBe('whole');
+  });
+
+  it('tear up: the server gets the part, never the rest; at least one byte is always kept back', async () => {
+    const c = await open();
+    await roundTrip(c, 'x');
+    await proxy.tear(100, 'up');
+    c.socket.write('abc');
+    await waitFor('c closed', () => c.state.closed);
+    await sleep(50);
+    expect(echo.received()).toBe('xab');
+    await expect(proxy.tear(-1)).rejects.toThrow(RangeError);
+    await expect(proxy.tear(1.5)).rejects.toThrow(RangeError);
+  });
+
   it('cut closes current connections and refuses new ones until heal, on the same port', async () => {
     const a = await open();
     await roundTrip(a, 'x');

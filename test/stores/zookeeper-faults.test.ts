@@ -252,6 +252,32 @@ describe('ZooKeeper store: bad input and faults', () => {
     expect([...terms].sort()).toEqual(terms);
   });
 
+  it('a reply torn by a cut connection fails its request as unavailable; the session reconnects and reads the next replies right, at every cut point', async () => {
+    // node-zookeeper-client kept the half frame and glued it in front of the next connection's
+    // connect response: the client then hung in CONNECTING or threw from its socket handler and
+    // ended the process (chaos suite, seed 2 with connection faults).
+    const proxy = await FaultProxy.start({ target: { host: '127.0.0.1', port: server.port } });
+    toClose.push(proxy);
+    const path = `${chroot()}-torn`;
+    const z = await admin();
+    const data = Buffer.from('tenure '.repeat(40));
+    await z.ensure(path);
+    await z.setData(path, data, -1);
+    const s = await ZkSession.open({ hosts: `127.0.0.1:${proxy.endpoint.port}`, sessionTimeoutMs: 10_000, requestTimeoutMs: 5000 });
+    toClose.push(s);
+    const whole = (await s.getData(path)).data;
+    expect(whole.equals(data)).toBe(true);
+    // The reply is about 4 + 16 + 4 + 280 + 68 bytes: cut in its length, header, data and stat.
+    for (const keep of [2, 4, 10, 60, 300, 360, 368]) {
+      expect(await proxy.tear(keep)).toBe(1);
+      await expect(s.getData(path)).rejects.toBeInstanceOf(StoreUnavailableError);
+      const again = await s.getData(path);
+      expect(again.data.equals(data), `after a tear at byte ${keep}`).toBe(true);
+      expect(s.ended).toBe(false);
+    }
+    expect(proxy.getStats().accepted).toBe(8);
+  });
+
   it('a foreign candidate (a Curator-style latch node) that leads is reported, and tenure never takes the name from it', async () => {
     const root = chroot();
     const a = store(root);

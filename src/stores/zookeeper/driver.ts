@@ -49,3 +49,72 @@ function tolerateNewErrorCodes(zk: typeof ZkModule): void {
   };
   factory.patchedByTenure = true;
 }
+
+/** The parts of node-zookeeper-client 1.1's (internal) ConnectionManager that the guard touches. */
+interface ConnectionInternals {
+  socket?: { destroy(): void; destroyed?: boolean };
+  pendingBuffer: Buffer | null;
+  pendingQueue: { callback?: (err: Error) => void }[];
+  connect(): void;
+  onSocketData(buffer: Buffer): void;
+  guardedByTenure?: true;
+}
+
+/**
+ * The largest reply frame tenure accepts from a server, bytes. ZooKeeper's own client refuses a
+ * frame longer than `jute.maxbuffer` (1 MiB by default, 0xfffff); tenure's replies are far smaller
+ * (a candidate list, a lease document), so a length beyond this is a garbled frame, not a reply.
+ */
+export const MAX_FRAME_BYTES = 16 * 1024 * 1024;
+
+/**
+ * node-zookeeper-client 1.1 reads replies from a stream of length-prefixed frames, and two things
+ * in it let a cut connection end the process (found by the chaos suite, seed 2 with connection
+ * faults on ZooKeeper: an uncaught ERR_OUT_OF_RANGE from `Record.deserialize` in `onSocketData`):
+ *  - the bytes of a frame the connection was cut in the middle of stay in `pendingBuffer` and are
+ *    glued in front of the next connection's first reply (the connect response), so the new
+ *    connection reads garbage from its first byte;
+ *  - a frame it cannot parse throws from its socket handler, where nothing catches it.
+ *
+ * The guard, on one client: every new connection starts with no pending bytes; a frame whose
+ * length is negative or above MAX_FRAME_BYTES, or one that throws while it is read, ends that
+ * connection as a lost one (the driver then reconnects and fails the requests in flight with
+ * CONNECTION_LOSS, which the store reports as StoreUnavailableError: they may have applied), and
+ * the request whose reply was being read when it threw is failed the same way, not left to time
+ * out. The client is patched, not the module, so that other users of the package are untouched.
+ */
+export function guardConnection(client: object): void {
+  const cm = (client as { connectionManager?: ConnectionInternals }).connectionManager;
+  if (!cm || typeof cm.onSocketData !== 'function' || typeof cm.connect !== 'function' || !Array.isArray(cm.pendingQueue)) {
+    throw new Error('node-zookeeper-client: this version has no ConnectionManager that tenure knows how to guard (1.1.x expected)');
+  }
+  if (cm.guardedByTenure) return;
+  const exception = (loadZookeeper() as unknown as { Exception: ExceptionFactory & { CONNECTION_LOSS: number } }).Exception;
+  const connect = cm.connect.bind(cm);
+  const onSocketData = cm.onSocketData.bind(cm);
+  const lost = (): void => {
+    cm.pendingBuffer = null;
+    if (cm.socket && !cm.socket.destroyed) cm.socket.destroy(); // the driver reconnects on 'close'
+  };
+  cm.connect = () => {
+    cm.pendingBuffer = null;
+    connect();
+  };
+  cm.onSocketData = (buffer: Buffer) => {
+    const head = cm.pendingQueue[0];
+    try {
+      onSocketData(buffer);
+    } catch {
+      // The reply being read when it threw was taken off the queue and will never be answered.
+      if (head && cm.pendingQueue[0] !== head && !cm.pendingQueue.includes(head)) head.callback?.(exception.create(exception.CONNECTION_LOSS));
+      lost();
+      return;
+    }
+    const pending = cm.pendingBuffer;
+    if (pending && pending.length >= 4) {
+      const size = pending.readInt32BE(0);
+      if (size < 0 || size > MAX_FRAME_BYTES) lost();
+    }
+  };
+  cm.guardedByTenure = true;
+}

@@ -7,7 +7,7 @@
  * tell a lost race (BadVersion, NodeExists, NoNode) from an unreachable server.
  */
 import { StoreUnavailableError } from '../../core/index.js';
-import { loadZookeeper } from './driver.js';
+import { guardConnection, loadZookeeper } from './driver.js';
 import type { Client, Stat, ZkEvent } from './driver.js';
 
 /** ZooKeeper's error codes that the store handles (the rest become StoreUnavailableError). */
@@ -95,6 +95,7 @@ export class ZkSession {
   static async open(options: SessionOptions): Promise<ZkSession> {
     const zk = loadZookeeper();
     const client = zk.createClient(options.hosts, { sessionTimeout: options.sessionTimeoutMs, spinDelay: 100, retries: 0 });
+    guardConnection(client);
     const session = new ZkSession(client, options);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {

@@ -31,7 +31,7 @@ import type { ChaosNodeConfig, ChaosNodeMessage } from './protocol.js';
 /** Faults on one node process. */
 export const processFaults = ['pause', 'kill', 'resign'] as const;
 /** Faults on one node's connections to the store, through its fault proxy (host:port URLs only). */
-export const connectionFaults = ['cut', 'drop', 'blackhole', 'delay', 'one-way'] as const;
+export const connectionFaults = ['cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'] as const;
 export type ChaosFault = (typeof processFaults)[number] | (typeof connectionFaults)[number];
 export const chaosFaults: readonly ChaosFault[] = [...processFaults, ...connectionFaults];
 
@@ -357,6 +357,17 @@ export async function runChaosHarness(o: ChaosRunOptions): Promise<ChaosReport> 
           await sleep(int(100, 400), o.signal);
         }
         e.healMs = elapsed();
+      } else if (kind === 'tear') {
+        const ms = int(Math.floor(ttl / 2), 2 * ttl);
+        const e = begin(`torn chunks every 100-400 ms for ${ms} ms`);
+        const until = Date.now() + ms;
+        while (Date.now() < until && !o.signal?.aborted) {
+          const keep = int(1, 200);
+          const direction = random.next() < 0.25 ? 'up' : 'down';
+          for (const p of node.proxies) await p.tear(keep, direction);
+          await sleep(int(100, 400), o.signal);
+        }
+        e.healMs = elapsed();
       } else {
         const ms = int(Math.floor(ttl / 2), 2 * ttl);
         const delayMs = int(20, Math.floor(ttl / 2));
@@ -395,7 +406,7 @@ export async function runChaosHarness(o: ChaosRunOptions): Promise<ChaosReport> 
     for (const g of groups) streams.set(g, await readWholeStream(o.store, streamOf(g)));
     const histories = readHistories(historyDir);
     const checked = check({ groups, streams, histories, ttlMs: o.ttlMs, lastHealAt: lastHealMs === null ? null : startedAt + lastHealMs, endAt });
-    violations.push(...checked.violations);
+    for (const v of checked.violations) violations.push(v);
     for (const n of nodes) for (const c of n.crashes) violations.push({ rule: 'node-crashed', group: null, message: clean(`${c}\n${logTail(logDir, c.split(/[ :]/)[0]!)}`), entries: [], records: [] });
     return await finish(checked);
   } catch (err) {
@@ -473,9 +484,12 @@ async function readWholeStream(store: TenureStore, stream: string): Promise<Stre
   }
 }
 
-function readHistories(dir: string): HistoryRecord[] {
+/** Every history file in `dir`, in file-name order, one array. @internal (exported for its test) */
+export function readHistories(dir: string): HistoryRecord[] {
   const out: HistoryRecord[] = [];
-  for (const f of readdirSync(dir).sort()) if (f.endsWith('.jsonl')) out.push(...parseHistory(readFileSync(join(dir, f), 'utf8'), f));
+  // One loop, not push(...records): a fast store's run writes some 100,000 records per node
+  // file, more than a call's arguments may be (RangeError: Maximum call stack size exceeded).
+  for (const f of readdirSync(dir).sort()) if (f.endsWith('.jsonl')) for (const r of parseHistory(readFileSync(join(dir, f), 'utf8'), f)) out.push(r);
   return out;
 }
 

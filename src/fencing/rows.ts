@@ -62,7 +62,7 @@ export function rowRefusal(token: FencingToken, table: string, rows: readonly Ro
   if (foreign) {
     return new InvalidArgumentError('token.lease', `rows of ${table} are fenced by lease ${foreign.lease}, not ${token.lease}`);
   }
-  const last = Math.max(...rows.map((r) => r.last ?? 0));
+  const last = rows.reduce((m, r) => Math.max(m, r.last ?? 0), 0); // not Math.max(...): a fenced batch may match 100,000s of rows
   if (last > token.term) return reportStale(new StaleTermError(token.lease, token.term, last), { table });
   if (issued !== undefined && token.term > (issued ?? 0)) {
     return new InvalidArgumentError('token.term', `term ${token.term} was never issued for lease ${token.lease} (latest ${issued ?? 0})`);

@@ -290,7 +290,7 @@ async function fencedCompareAndSetOnce<Db>(dialect: SqlDialect<Db>, db: Db, toke
     const lease = leaseText(row.lease);
     if (lease !== null && lease !== token.lease) throw new InvalidArgumentError('token.lease', `rows of ${cas.table} are fenced by lease ${lease}, not ${token.lease}`);
   }
-  const last = Math.max(...rows.map((r) => termOf(r.last) ?? 0));
+  const last = rows.reduce((m, r) => Math.max(m, termOf(r.last) ?? 0), 0); // not Math.max(...): the rows can be many
   if (last > token.term) throw refuse(new StaleTermError(token.lease, token.term, last), 'sql', 'guard');
   const latest = await issuedTerm(p, db, token);
   if (latest !== undefined && token.term > latest) throw neverIssued(token, latest);

@@ -501,6 +501,23 @@ class Nemesis {
         this.log(`    ${node!.id}: ${dropped} connections reset`);
         return;
       }
+      case 'tear': {
+        const proxies = node!.proxies;
+        const ms = this.int(Math.floor(ttl / 2), 2 * ttl);
+        // Drawn up front, as for drop: one cut point and direction per round.
+        const rounds = Array.from({ length: Math.ceil(ms / 100) }, () => ({ gap: this.int(100, 400), keep: this.int(1, 200), up: this.random.next() < 0.25 }));
+        const e = this.begin(kind, node!.id, `torn chunks every 100-400 ms for ${ms} ms`);
+        let torn = 0;
+        const until = Date.now() + ms;
+        for (let i = 0; Date.now() < until; i++) {
+          const r = rounds[i] ?? { gap: 250, keep: 10, up: false };
+          for (const p of proxies) torn += await p.tear(r.keep, r.up ? 'up' : 'down');
+          await sleep(r.gap);
+        }
+        e.healAt = Date.now();
+        this.log(`    ${node!.id}: ${torn} connections torn`);
+        return;
+      }
       case 'cut':
       case 'blackhole':
       case 'delay':
@@ -553,7 +570,7 @@ async function readWholeStream(url: string, groups: readonly string[]): Promise<
 function readHistories(dir: string): HistoryRecord[] {
   const out: HistoryRecord[] = [];
   for (const f of readdirSync(dir).sort()) {
-    if (f.endsWith('.jsonl')) out.push(...parseHistory(readFileSync(join(dir, f), 'utf8'), f));
+    if (f.endsWith('.jsonl')) for (const r of parseHistory(readFileSync(join(dir, f), 'utf8'), f)) out.push(r); // not push(...): a file can hold 100,000s
   }
   return out;
 }
@@ -644,7 +661,7 @@ export async function runChaos(backend: ChaosBackend, options: ChaosOptions): Pr
     let replication: ChaosResult['replication'] = null;
     if (cluster.followers.length > 0) {
       const r = checkReplication({ streams, samples: observer.samples, heads: observer.heads, reads: observer.reads, slackMs: FOLLOWER_POLL_MS + 100 });
-      violations.push(...r.violations);
+      for (const v of r.violations) violations.push(v);
       replication = { ...r.stats, followers: cluster.followers.length, unserved: observer.unserved };
     }
     for (const c of cluster.crashes) {

@@ -53,7 +53,7 @@ class Unstable {
   truncateAndAppend(ents: readonly Entry[]): void {
     const from = ents[0]!.index;
     if (from === this.offset + this.entries.length) {
-      this.entries.push(...ents);
+      for (const e of ents) this.entries.push(e); // not push(...ents): a batch may exceed a call's argument limit
     } else if (from <= this.offset) {
       // Replaces everything unstable (and shadows the stored suffix from `from` on).
       this.offset = from;

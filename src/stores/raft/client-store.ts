@@ -491,7 +491,7 @@ export class RaftClientStore implements Store, AsyncDisposable {
     let limit = options?.limit;
     for (;;) {
       const page = (await this.call({ op: 'readStream', stream, ...(after !== undefined ? { after } : {}), ...(limit !== undefined ? { limit } : {}) }, 'readStream')) as StreamPage;
-      out.push(...page.entries);
+      for (const e of page.entries) out.push(e);
       if (!page.more || page.entries.length === 0) return out;
       after = page.entries[page.entries.length - 1]!.seq;
       if (limit !== undefined) {

@@ -32,7 +32,7 @@ function azuriteMain(): string | null {
 
 export const azureChaos: ChaosBackend = {
   name: 'azblob',
-  faults: ['pause', 'kill', 'resign', 'slow', 'cut', 'drop', 'blackhole', 'delay', 'one-way'],
+  faults: ['pause', 'kill', 'resign', 'slow', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'],
   ttlMs: 15_000,
   ciDurationMs: 90_000,
   readMaxLagMs: 3000,

@@ -32,7 +32,7 @@ async function healthy(endpoint: Endpoint): Promise<boolean> {
 
 export const etcdChaos: ChaosBackend = {
   name: 'etcd',
-  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way'],
+  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'],
   ttlMs: 2000,
   unavailable: () => missingCommand('etcd'),
   async start({ dir }): Promise<ChaosInstance> {

@@ -40,7 +40,7 @@ async function query(endpoint: Endpoint, sql: string): Promise<void> {
 
 export const mysqlChaos: ChaosBackend = {
   name: 'mysql',
-  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'cut', 'drop', 'blackhole', 'delay', 'one-way'],
+  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'],
   ttlMs: 1500,
   unavailable: () => (serverBinary() && installBinary() ? null : 'mariadbd/mysqld or mariadb-install-db is not installed'),
   async start({ dir }): Promise<ChaosInstance> {

@@ -42,7 +42,7 @@ async function answers(endpoint: Endpoint): Promise<boolean> {
 
 export const postgresChaos: ChaosBackend = {
   name: 'postgres',
-  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'cut', 'drop', 'blackhole', 'delay', 'one-way'],
+  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'],
   ttlMs: 1500,
   unavailable: () => {
     if (!existsSync(join(PG_BIN, 'initdb')) || !existsSync(join(PG_BIN, 'postgres'))) return `PostgreSQL is not installed in ${PG_BIN} (set TENURE_TEST_PG_BIN)`;

@@ -35,7 +35,7 @@ const MEMBERS = 3;
 
 export const raftChaos: ChaosBackend = {
   name: 'raft',
-  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way'],
+  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'],
   ttlMs: 3000,
   async start({ dir }): Promise<ChaosInstance> {
     const root = mkdtempSync(join(tmpdir(), 'tenure-chaos-raft-'));

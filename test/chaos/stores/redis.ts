@@ -9,7 +9,7 @@ import type { ChaosBackend, ChaosInstance } from './types.js';
 
 export const redisChaos: ChaosBackend = {
   name: 'redis',
-  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'cut', 'drop', 'blackhole', 'delay', 'one-way'],
+  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'],
   ttlMs: 1500,
   unavailable: () => missingCommand('redis-server'),
   async start({ dir }): Promise<ChaosInstance> {

@@ -28,7 +28,7 @@ const SERVERS = 3;
 
 export const redlockChaos: ChaosBackend = {
   name: 'redlock',
-  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way'],
+  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'],
   ttlMs: 1500,
   workload: 'redlock',
   unavailable: () => missingCommand('redis-server'),

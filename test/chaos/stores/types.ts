@@ -14,17 +14,19 @@ import type { Endpoint } from '../proxy/index.js';
  * - `kill-member`: `instance.members.kill(i)`, later `start(i)` (a Redis under Redlock, an etcd member).
  * - `cut`, `drop`, `blackhole`, `delay`, `one-way`: the proxies between one node and the store
  *   (needs `instance.endpoints`). `drop` resets the node's connections every 100–400 ms, so calls
- *   in flight lose their replies and the client reconnects at once.
+ *   in flight lose their replies and the client reconnects at once. `tear` cuts the next chunk on
+ *   each of the node's connections (a reply, or a quarter of the time a request) after 1–200 bytes
+ *   and closes the connection, every 100–400 ms: the receiver holds half a message.
  */
-export type FaultKind = 'pause' | 'kill' | 'resign' | 'slow' | 'restart-store' | 'kill-member' | 'cut' | 'drop' | 'blackhole' | 'delay' | 'one-way';
+export type FaultKind = 'pause' | 'kill' | 'resign' | 'slow' | 'restart-store' | 'kill-member' | 'cut' | 'drop' | 'blackhole' | 'delay' | 'one-way' | 'tear';
 
 /** How the nodes get their fencing tokens: a LeaderElector on the store, or a Redlock. */
 export type ChaosWorkload = 'elector' | 'redlock';
 
-export const allFaultKinds: readonly FaultKind[] = ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way'];
+export const allFaultKinds: readonly FaultKind[] = ['pause', 'kill', 'resign', 'slow', 'restart-store', 'kill-member', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'];
 
 /** Faults that act on one node's connections through its proxies. */
-export const proxyFaults: readonly FaultKind[] = ['cut', 'drop', 'blackhole', 'delay', 'one-way'];
+export const proxyFaults: readonly FaultKind[] = ['cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'];
 
 export interface ChaosStartContext {
   /** A fresh directory for this run (data files, logs); removed after a clean run. */

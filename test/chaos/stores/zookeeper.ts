@@ -13,7 +13,7 @@ import type { ChaosBackend, ChaosInstance } from './types.js';
 
 export const zookeeperChaos: ChaosBackend = {
   name: 'zookeeper',
-  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'cut', 'drop', 'blackhole', 'delay', 'one-way'],
+  faults: ['pause', 'kill', 'resign', 'slow', 'restart-store', 'cut', 'drop', 'blackhole', 'delay', 'one-way', 'tear'],
   ttlMs: 1500,
   // Seed 7, 22 s. The driver crash after store restarts ('Unknown code', a ZooKeeper 3.5+ error
   // code node-zookeeper-client 1.1 does not know) is fixed in src/stores/zookeeper/driver.ts. The

@@ -1,7 +1,8 @@
 /**
  * The ZooKeeper store under bad input and faults, on a private server (test/fixtures/zookeeper.ts):
  * a holder's znode removed by hand, a holder's session expired by the server while it was cut off
- * (through a fault proxy), the server restarted under a holder; each gives a clear outcome (a
+ * (through a fault proxy), a holder's session moved to another connection and closed there, a
+ * reply torn by a cut connection, the server restarted under a holder; each gives a clear outcome (a
  * refused renew, StaleTermError for the old token) and never a second leader. Also: a node that
  * is not tenure's in the candidates (a Curator-style latch made by another client) leads, and
  * tenure does not take the name from it.
@@ -11,6 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { LeaderElector, StaleTermError, StoreUnavailableError, openStore } from '../../src/index.js';
 import { ZookeeperLayout, ZookeeperStore } from '../../src/stores/zookeeper/index.js';
 import { ZkSession, statLong } from '../../src/stores/zookeeper/session.js';
+import { loadZookeeper } from '../../src/stores/zookeeper/driver.js';
 import { sortCandidates } from '../../src/stores/zookeeper/layout.js';
 import { FaultProxy } from '../chaos/proxy/index.js';
 import { startZookeeper } from '../fixtures/zookeeper.js';
@@ -250,6 +252,53 @@ describe('ZooKeeper store: bad input and faults', () => {
     expect(late).toBe('stale');
     const terms = (await answered('the stream', () => b.readStream('s'))).map((e) => e.term);
     expect([...terms].sort()).toEqual(terms);
+  });
+
+  it('a holder\'s session moved to another connection (a client presenting its id and password) and closed there: the holder loses, the next holder waits out the TTL and gets term + 1, the old token is stale', async () => {
+    const root = chroot();
+    const a = store(root);
+    const b = store(root);
+    const TTL = 1000;
+    expect(await a.acquire('g', 'a~1', TTL)).toMatchObject({ acquired: true, lease: { term: 1 } });
+    const renewedAt = performance.now();
+    expect((await a.renew('g', 'a~1', 1, TTL)).renewed).toBe(true);
+    // The holder's session, as the server knows it: the owner of its candidate node.
+    const held = (a as unknown as { held: Map<string, { session: ZkSession }> }).held.get('g')!.session;
+    const z = await admin();
+    const dir = a.layout.lease('g');
+    const [node] = sortCandidates(await z.getChildren(dir));
+    const { stat } = await z.getData(`${dir}/${node}`);
+    const id = held.client.getSessionId();
+    expect(id.equals(stat.ephemeralOwner)).toBe(true);
+    // An intruder takes the session over (the server moves it to the intruder's connection) and ends it.
+    const zk = loadZookeeper();
+    const intruder = zk.createClient(server.host, { sessionTimeout: 10_000, sessionId: id, sessionPassword: held.client.getSessionPassword(), retries: 0 } as Parameters<typeof zk.createClient>[1]);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('the intruder got no session')), 5000);
+      intruder.once('connected', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      intruder.connect();
+    });
+    expect(intruder.getSessionId().equals(id)).toBe(true);
+    intruder.close();
+    await waitFor('the holder\'s node is gone', async () => ((await z.exists(`${dir}/${node}`)) === null ? true : undefined));
+    // The holder learns it: its renew is refused (never "renewed"), at most unknown while its client reconnects.
+    await waitFor('a is told', async () => {
+      const r = await a.renew('g', 'a~1', 1, TTL).catch(() => undefined);
+      return r?.renewed === false ? true : undefined;
+    });
+    // No second leader before a's TTL from its last renewal has passed; then b gets term 2.
+    const won = await waitFor('b takes over', async () => {
+      const r = await b.acquire('g', 'b~1', TTL);
+      return r.acquired ? { r, at: performance.now() } : undefined;
+    });
+    expect(won.at - renewedAt).toBeGreaterThanOrEqual(TTL);
+    expect(won.r.lease.term).toBe(2);
+    await b.appendFenced({ lease: 'g', term: 2 }, 's', 'b1');
+    await expect(a.appendFenced({ lease: 'g', term: 1 }, 's', 'a-late')).rejects.toBeInstanceOf(StaleTermError);
+    expect((await b.readStream('s')).map((e) => e.payload)).toEqual(['b1']);
   });
 
   it('a reply torn by a cut connection fails its request as unavailable; the session reconnects and reads the next replies right, at every cut point', async () => {

@@ -31,8 +31,9 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import mysql from 'mysql2/promise';
 import pg from 'pg';
-import { Follower, openStore, postgresSink, sqliteSink, mysqlSink } from '../src/index.js';
 import type { FollowerSink, StreamEntry, TenureStore } from '../src/index.js';
+// The built tenure, as users run it (bench/lib/built.ts says why not src/ through tsx).
+import { Follower, openStore, postgresSink, sqliteSink, mysqlSink } from './lib/built.js';
 import { freshMysql, freshPostgres, freshRedis, freshEtcd } from './lib/servers.js';
 import { metric } from './lib/stats.js';
 import type { BenchOptions, BenchResult, Benchmark, Goal, Metric } from './lib/types.js';
@@ -328,7 +329,7 @@ interface Catchup {
 }
 
 /** Rounds of (without replication, batched follower), interleaved so a load spike hits both alike. */
-const CATCHUP_ROUNDS = 3;
+const CATCHUP_ROUNDS = 5;
 
 async function measureCatchup(target: Target, log: (l: string) => void): Promise<Catchup> {
   const env = await target.open();

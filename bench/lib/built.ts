@@ -50,3 +50,6 @@ export const { RaftNode } = await load<typeof RaftNodeModule>('raft/node/index.j
 import type * as RaftStoreModule from '../../src/stores/raft/index.js';
 export const { openRaftStore } = await load<typeof RaftStoreModule>('stores/raft/index.js');
 export type RaftStore = RaftStoreModule.RaftStore;
+import type * as RootModule from '../../src/index.js';
+/** Model B's follower, its sinks and the store opener, for the follow benchmark's catch-up and latency runs. */
+export const { Follower, openStore, postgresSink, sqliteSink, mysqlSink } = await load<typeof RootModule>('index.js');

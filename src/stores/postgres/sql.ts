@@ -75,6 +75,11 @@ export interface PgSql {
   readonly purge: readonly string[];
 }
 
+/** A timestamptz as float8 ms since the epoch (see readStream for why date_part). */
+function epochMs(expr: string): string {
+  return `(date_part('epoch', ${expr}) * 1000)`;
+}
+
 /** A bigint column as JSON: a number when it is an integer in [min, 2^53 - 1], else its text. */
 function safeJsonInt(column: string, min: number): string {
   return `CASE WHEN ${column} BETWEEN ${min} AND ${Number.MAX_SAFE_INTEGER} THEN to_json(${column}) ELSE to_json(${column}::text) END`;
@@ -361,11 +366,17 @@ export function buildSql(prefix: string): PgSql {
     // (scratch probe, 100,000 entries). seq and term are JSON numbers only where they are safe
     // integers (JSON.parse would round a larger one silently); any other value comes as its text,
     // which decoding refuses exactly as it refuses the driver's int8 text.
-    readStream: `SELECT coalesce(json_agg(json_build_array(${safeJsonInt('seq', 1)}, lease, ${safeJsonInt('term', 0)}, payload, (EXTRACT(EPOCH FROM appended_at) * 1000)::float8) ORDER BY seq), '[]')::text AS page FROM (SELECT seq, lease, term, payload, appended_at FROM ${S} WHERE stream = $1 AND seq > $2::bigint AND seq <= $2::bigint + $3::int ORDER BY seq LIMIT $3::int) AS p`,
+    //
+    // Times as ms since the epoch come from date_part (float8), not EXTRACT: since PostgreSQL 14
+    // EXTRACT returns numeric, and its numeric arithmetic took a page of 1,000 entries from 2.5 to
+    // 3.4 ms of the server's CPU (backend CPU from /proc over 400 pages, scratch probe). The two
+    // differ by at most 0.25 µs; readLast and streamHead use the same expression, so the clock
+    // that appendedAt and a head's now are read on stays one.
+    readStream: `SELECT coalesce(json_agg(json_build_array(${safeJsonInt('seq', 1)}, lease, ${safeJsonInt('term', 0)}, payload, ${epochMs('appended_at')}) ORDER BY seq), '[]')::text AS page FROM (SELECT seq, lease, term, payload, appended_at FROM ${S} WHERE stream = $1 AND seq > $2::bigint AND seq <= $2::bigint + $3::int ORDER BY seq LIMIT $3::int) AS p`,
     // The primary key (stream, seq) read backwards: one index probe.
-    readLast: `SELECT seq, lease, term, payload, (EXTRACT(EPOCH FROM appended_at) * 1000)::float8 AS appended_at FROM ${S} WHERE stream = $1 ORDER BY seq DESC LIMIT 1`,
+    readLast: `SELECT seq, lease, term, payload, ${epochMs('appended_at')} AS appended_at FROM ${S} WHERE stream = $1 ORDER BY seq DESC LIMIT 1`,
     // The head (as committed now; 0 for a stream never written) and the server's clock (the clock
     // of appended_at) in one statement.
-    streamHead: `SELECT COALESCE((SELECT last_seq FROM ${H} WHERE stream = $1), 0) AS seq, (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::float8 AS now_ms`,
+    streamHead: `SELECT COALESCE((SELECT last_seq FROM ${H} WHERE stream = $1), 0) AS seq, ${epochMs('clock_timestamp()')} AS now_ms`,
   };
 }

@@ -4,7 +4,7 @@
  * tenure's loader makes such a code a failed request instead.
  */
 import { describe, expect, it } from 'vitest';
-import { loadZookeeper } from '../../src/stores/zookeeper/driver.js';
+import { exactVersion, loadZookeeper } from '../../src/stores/zookeeper/driver.js';
 
 interface Factory {
   create(code: number, path?: string): Error & { code: number };
@@ -34,5 +34,16 @@ describe('the ZooKeeper driver as tenure loads it', () => {
     const first = Exception.create;
     loadZookeeper();
     expect(Exception.create).toBe(first);
+  });
+
+  it("sets the version of a transaction's last op, version 0 included, and says so when the driver's shape is not the one it knows", () => {
+    const zk = loadZookeeper() as unknown as { createClient(hosts: string): { transaction(): { check(p: string, v: number): unknown; ops: { version: number }[] } } };
+    const tx = zk.createClient('127.0.0.1:1').transaction();
+    tx.check('/a', 0);
+    expect(tx.ops[0]!.version).toBe(-1); // the driver's own `version || -1`
+    exactVersion(tx, 0);
+    expect(tx.ops[0]!.version).toBe(0);
+    expect(() => exactVersion({}, 0)).toThrow(/1\.1\.x expected/);
+    expect(() => exactVersion({ ops: [] }, 0)).toThrow(/1\.1\.x expected/);
   });
 });

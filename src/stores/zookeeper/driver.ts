@@ -118,3 +118,24 @@ export function guardConnection(client: object): void {
   };
   cm.guardedByTenure = true;
 }
+
+/** The part of node-zookeeper-client 1.1's Transaction that `exactVersion` touches. */
+interface TransactionInternals {
+  ops?: { version?: number }[];
+}
+
+/**
+ * node-zookeeper-client 1.1's Transaction takes a check's, set's or remove's version as
+ * `version || -1`: version 0 (a node never written since it was made) goes out as -1, "any
+ * version", and the op passes whatever the node has become. The store's checks rest on version 0
+ * like any other (a lease's fence and term counter sit at 0 until their first change), so after
+ * adding such an op to `tx`, this sets the version the op carries to the one asked for.
+ */
+export function exactVersion(tx: object, version: number): void {
+  const ops = (tx as TransactionInternals).ops;
+  const last = Array.isArray(ops) ? ops[ops.length - 1] : undefined;
+  if (!last || typeof last.version !== 'number') {
+    throw new Error('node-zookeeper-client: this version has no Transaction ops that tenure knows how to set a version on (1.1.x expected)');
+  }
+  last.version = version;
+}

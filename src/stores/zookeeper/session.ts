@@ -7,7 +7,7 @@
  * tell a lost race (BadVersion, NodeExists, NoNode) from an unreachable server.
  */
 import { StoreUnavailableError } from '../../core/index.js';
-import { guardConnection, loadZookeeper } from './driver.js';
+import { exactVersion, guardConnection, loadZookeeper } from './driver.js';
 import type { Client, Stat, ZkEvent } from './driver.js';
 
 /** ZooKeeper's error codes that the store handles (the rest become StoreUnavailableError). */
@@ -198,10 +198,14 @@ export class ZkSession {
     const zk = loadZookeeper();
     const tx = this.client.transaction();
     for (const o of ops) {
-      if (o.op === 'create') tx.create(o.path, o.data, o.mode === 'persistent' ? zk.CreateMode.PERSISTENT : zk.CreateMode.EPHEMERAL_SEQUENTIAL);
-      else if (o.op === 'set') tx.setData(o.path, o.data, o.version);
+      if (o.op === 'create') {
+        tx.create(o.path, o.data, o.mode === 'persistent' ? zk.CreateMode.PERSISTENT : zk.CreateMode.EPHEMERAL_SEQUENTIAL);
+        continue;
+      }
+      if (o.op === 'set') tx.setData(o.path, o.data, o.version);
       else if (o.op === 'check') tx.check(o.path, o.version);
       else tx.remove(o.path, o.version);
+      exactVersion(tx, o.version); // the driver sends version 0 as -1 (any version)
     }
     return this.call('multi', ops[0]?.path ?? '', (done) =>
       tx.commit((err, results: unknown) => {

@@ -3,8 +3,10 @@
  * multi's check, set or remove of a znode at version 0 (a node never written since it was made)
  * went out as -1, "any version": the check passed whatever the node had become. The store's
  * fenced append and term counter rest on those checks, and the chaos suite met the result (CI of
- * stop 37, seed 2 with connection faults): a paused term-1 holder's append landed after term 2's,
- * because the lease's fence, made by term 1's first append, was still at version 0.
+ * stop 37, seed 2 with connection faults): a term-1 holder, stopped between writing two of its
+ * append's pipelined reads, read the fence (term 1, version 0) before term 2 wrote and the head
+ * after, and its append landed after term 2's: the fence check that should have caught it was
+ * "any version".
  *
  * On a private server: the session's multi with version 0 against a node at version 1 is refused;
  * and the two races of the store that the checks decide, each with the other writer let in between

@@ -5,6 +5,8 @@
  * the account key kept out of every message.
  */
 import { randomBytes } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeaderElector, StaleTermError, StoreDataError, StoreUnavailableError, InvalidArgumentError } from '../../src/index.js';
 import { openStore } from '../../src/open.js';
@@ -235,6 +237,45 @@ describe('bad input in the container', () => {
     await blob.setMetadata({ hello: 'world' });
     await expect(store.acquire('g', 'b~1', 15_000)).rejects.toThrow(/is not a tenure lease blob/);
     await store.close();
+  });
+
+  it('an answer without an ETag (a proxy that drops it): a clear error, and nothing is taken from that read (the take is conditional on it)', async () => {
+    const name = container();
+    const direct = open(name);
+    await direct.acquire('g', 'a~1', 15_000);
+    expect(await direct.release('g', 'a~1', 1)).toBe(true);
+    // An HTTP proxy in front of the real Azurite that passes everything but the ETag header.
+    const proxy = http.createServer((req, res) => {
+      const up = http.request({ host: '127.0.0.1', port: azurite.port, method: req.method, path: req.url, headers: req.headers }, (answer) => {
+        const headers = { ...answer.headers };
+        delete headers.etag;
+        res.writeHead(answer.statusCode ?? 502, headers);
+        answer.pipe(res);
+      });
+      up.on('error', () => res.destroy());
+      req.pipe(up);
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    const port = (proxy.address() as AddressInfo).port;
+    const through = new AzureBlobStore({ endpoint: `http://127.0.0.1:${port}/${AZURITE_ACCOUNT}`, account: AZURITE_ACCOUNT, accountKey: AZURITE_KEY, container: name, requestTimeoutMs: 1000 });
+    try {
+      const err = await through.acquire('g', 'b~1', 15_000).catch((e: unknown) => e);
+      // The SDK refuses a download without one (its message names the header); the store reports it as unreachable.
+      expect(err).toBeInstanceOf(StoreUnavailableError);
+      expect((err as Error).message).toMatch(/read g: .*etag/i);
+      expect((err as Error).message).not.toContain(AZURITE_KEY);
+      const { blobNames } = await import('../../src/stores/azure/names.js');
+      const props = await direct.container.getBlockBlobClient(blobNames.lease('g')).getProperties();
+      expect(props.leaseState).toBe('available');
+      expect(props.metadata?.['term']).toBe('1');
+      // Straight to the service, the same acquire takes term 2.
+      const r = await direct.acquire('g', 'b~1', 15_000);
+      expect([r.acquired, r.lease.term]).toEqual([true, 2]);
+    } finally {
+      await through.close();
+      await direct.close();
+      await new Promise((r) => proxy.close(r));
+    }
   });
 
   it('a lease taken by another program under its own lease id is never reported as a tenure holder', async () => {

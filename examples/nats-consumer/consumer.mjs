@@ -43,7 +43,8 @@ const nc = await connect({ servers: natsUrl });
 const jsm = await nc.jetstreamManager();
 // Explicit acks and one message outstanding: the ledger knows a redelivery by its stream sequence.
 await jsm.consumers.add(stream, { durable_name: 'order-projector', ...FENCED_JETSTREAM_CONSUMER });
-const messages = await (await nc.jetstream().consumers.get(stream, 'order-projector')).consume();
+// abort_on_missing_resource: a consumer deleted on the server ends the loop with an error, not a silent wait.
+const messages = await (await nc.jetstream().consumers.get(stream, 'order-projector')).consume({ abort_on_missing_resource: true });
 say({ event: 'ready' });
 
 process.on('SIGTERM', () => void messages.close());

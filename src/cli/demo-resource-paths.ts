@@ -175,7 +175,8 @@ async function serveNats(ctx: ResourceContext): Promise<ServedResource> {
     // (nats' types want its AckPolicy enum for the same 'explicit'.)
     await jsm.consumers.add(stream, { durable_name: CONSUMER, ...FENCED_JETSTREAM_CONSUMER, ack_policy: AckPolicy.Explicit });
     const consumer = await consumerOf<JsMsg>(ctx, (m) => m.string());
-    const messages = await (await nc.jetstream().consumers.get(stream, CONSUMER)).consume();
+    // A consumer deleted on the server ends the iterator with an error (the resource reports it), not a silent wait.
+    const messages = await (await nc.jetstream().consumers.get(stream, CONSUMER)).consume({ abort_on_missing_resource: true });
     const done = consumeFencedJetStream(messages, consumer).catch((err: unknown) => ctx.error(`consumer stopped: ${(err as Error).message}`));
     return {
       close: async () => {

@@ -155,8 +155,9 @@ export interface ConsumeFencedJetStreamOptions<M> extends FencedJetStreamOptions
 }
 
 /**
- * Consume a JetStream consumer's messages (`await (await js.consumers.get(stream, durable)).consume()`)
- * through `consumer` until the iterator ends or `signal` aborts: one at a time (`dedupe:
+ * Consume a JetStream consumer's messages (`await (await js.consumers.get(stream, durable)).consume({
+ * abort_on_missing_resource: true })`: without that option, nats.js keeps waiting, silently, on a
+ * consumer deleted on the server) through `consumer` until the iterator ends or `signal` aborts: one at a time (`dedupe:
  * 'position'`), or with up to twice the consumer's `maxBatch` handed to it at once (`dedupe:
  * 'id'`: it applies them in batches). An apply that throws stops the loop (its message nak'ed)
  * with that error, once the messages already handed over are settled.

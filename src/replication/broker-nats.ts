@@ -56,7 +56,7 @@ export interface NatsDecisionConsumerConfig {
 export interface NatsDecisionClient {
   readonly js: {
     readonly consumers: {
-      get(stream: string, name?: string | Record<string, unknown>): Promise<{ consume(options?: { max_messages?: number }): Promise<NatsDecisionMessages> }>;
+      get(stream: string, name?: string | Record<string, unknown>): Promise<{ consume(options?: { max_messages?: number; abort_on_missing_resource?: boolean }): Promise<NatsDecisionMessages> }>;
     };
   };
   readonly jsm: {
@@ -171,7 +171,7 @@ export function natsDecisionSource(client: NatsDecisionClient, options: NatsDeci
         max_ack_pending: prefetch,
         inactive_threshold: CONSUMER_INACTIVE_NS,
       });
-      const messages = await (await client.js.consumers.get(stream, info.name)).consume({ max_messages: prefetch });
+      const messages = await (await client.js.consumers.get(stream, info.name)).consume({ max_messages: prefetch, abort_on_missing_resource: true });
       const inbox = new DeliveryInbox(prefetch);
       let closed = false;
       // The pump waits for room in the inbox before taking the next message: the client pulls

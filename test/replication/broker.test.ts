@@ -17,7 +17,8 @@ import type { BrokerDecision, BrokerSource, PartitionSink } from '../../src/repl
 import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { mysqlSink, postgresSink } from '../../src/replication/index.js';
-import { BROKER_KINDS, openBrokerRig } from '../fixtures/broker-rig.js';
+import { BROKER_KINDS, NATS_URL, openBrokerRig } from '../fixtures/broker-rig.js';
+import { connect } from 'nats';
 import { createMysqlDatabase, createPostgresDatabase } from '../stores/sql-servers.js';
 import type { BrokerRig } from '../fixtures/broker-rig.js';
 import { pollUntil } from '../fixtures/harness.js';
@@ -478,6 +479,55 @@ describe.each(BROKER_KINDS)('Model C on %s with the projection and marks on Post
       expect(g.counts).toMatchObject({ applied: 0, duplicate: 0, dropped: 0 });
       expect(await t.rows()).toHaveLength(46);
     }
+  });
+});
+
+describe('Model C on nats when the server drops a consumer', () => {
+  it('a follower whose consumer is deleted on the server (by hand, or idle past its threshold) subscribes again from its marks: the rest applied once, a retry event naming it', async () => {
+    const name = `tenure_c_${randomBytes(5).toString('hex')}`;
+    const r = await openBrokerRig('nats', name, PARTITIONS);
+    cleanups.push(() => r.destroy());
+    const nc = await connect({ servers: NATS_URL });
+    cleanups.push(() => nc.close());
+    const jsm = await nc.jetstreamManager();
+    const p = projection();
+    const published: string[] = [];
+    const publish = async (from: number, to: number): Promise<void> => {
+      for (let i = from; i < to; i++) {
+        const payload = decision(`k${i}`, `v${i}`);
+        published.push(payload);
+        await r.publisher.publish(PARTITIONS[i % PARTITIONS.length]!, payload, { token: token(1) });
+      }
+    };
+    await publish(0, 30);
+    const f = follower(r.source(16), p);
+    const retries: string[] = [];
+    f.on('retry', (e) => retries.push(`${e.partition}: ${e.error.message}`));
+    const running = f.start();
+    let failure: unknown = null;
+    running.catch((err: unknown) => (failure = err));
+    await pollUntil('the first 30 applied', 20_000, () => {
+      if (failure) throw failure as Error;
+      return p.applied().length === 30;
+    });
+    const consumers: string[] = [];
+    for await (const c of await jsm.consumers.list(name)) consumers.push(c.name);
+    expect(consumers).toHaveLength(PARTITIONS.length);
+    for (const c of consumers) await jsm.consumers.delete(name, c);
+    await publish(30, 60);
+    await pollUntil('the next 30 applied after the consumers went', 20_000, () => {
+      if (failure) throw failure as Error;
+      return p.applied().length === 60;
+    });
+    await f.stop();
+    expect(retries.some((m) => /consumer deleted/i.test(m)), retries.join('\n')).toBe(true);
+    const rows = p.applied();
+    expect(rows.map((x) => x.payload).sort()).toEqual([...published].sort());
+    for (const part of PARTITIONS) {
+      const mine = rows.filter((x) => x.partition === part);
+      expect(mine.map((x) => x.payload)).toEqual(published.filter((_, i) => PARTITIONS[i % PARTITIONS.length] === part));
+    }
+    expect(f.counts).toMatchObject({ applied: 60, duplicate: 0 });
   });
 });
 

@@ -56,7 +56,7 @@ export interface NatsDecisionConsumerConfig {
 export interface NatsDecisionClient {
   readonly js: {
     readonly consumers: {
-      get(stream: string, name?: string | Record<string, unknown>): Promise<{ consume(options?: { max_messages?: number; abort_on_missing_resource?: boolean }): Promise<NatsDecisionMessages> }>;
+      get(stream: string, name?: string | Record<string, unknown>): Promise<{ consume(options?: { max_messages?: number; expires?: number; abort_on_missing_resource?: boolean }): Promise<NatsDecisionMessages> }>;
     };
   };
   readonly jsm: {
@@ -126,6 +126,8 @@ export function natsDecisionPublisher(js: JetStreamPublisher, options: NatsDecis
 
 /** Idle time after which the server deletes a subscription's consumer left behind by a crashed follower, ns. */
 const CONSUMER_INACTIVE_NS = 60_000_000_000;
+/** How long one pull of a subscription waits on the server, ms (its idle heartbeats come at half this). */
+const PULL_EXPIRES_MS = 5_000;
 /** A lag probe's consumer is deleted at once; if the delete is lost, the server drops it after this. */
 const PROBE_INACTIVE_NS = 10_000_000_000;
 
@@ -171,7 +173,11 @@ export function natsDecisionSource(client: NatsDecisionClient, options: NatsDeci
         max_ack_pending: prefetch,
         inactive_threshold: CONSUMER_INACTIVE_NS,
       });
-      const messages = await (await client.js.consumers.get(stream, info.name)).consume({ max_messages: prefetch, abort_on_missing_resource: true });
+      // A consumer deleted on the server ends the subscription with an error (the follower then
+      // subscribes again from its mark): without abort_on_missing_resource nats.js waits on it
+      // silently. Pulls of 5 s (heartbeats every 2.5 s), not nats.js's 30 s: a pull lost in
+      // flight is noticed by its missing heartbeats, and asked again, within seconds.
+      const messages = await (await client.js.consumers.get(stream, info.name)).consume({ max_messages: prefetch, expires: PULL_EXPIRES_MS, abort_on_missing_resource: true });
       const inbox = new DeliveryInbox(prefetch);
       let closed = false;
       // The pump waits for room in the inbox before taking the next message: the client pulls

@@ -59,7 +59,17 @@ function preparingPool(connectionLimit: number): { pool: mysql.Pool; prepared: M
     const core = c as unknown as { prepare: (sql: unknown, cb: unknown) => unknown };
     const original = core.prepare.bind(core);
     prepared.set(c, []);
-    core.prepare = (sql, cb) => (prepared.get(c)!.push(String(sql)), original(sql, cb));
+    // Recorded when the server has answered the prepare (the hold session's queue is then free).
+    core.prepare = (sql, cb) =>
+      original(
+        sql,
+        typeof cb === 'function'
+          ? (err: unknown, stmt: unknown) => {
+              if (!err) prepared.get(c)!.push(String(sql));
+              (cb as (e: unknown, s: unknown) => void)(err, stmt);
+            }
+          : (prepared.get(c)!.push(String(sql)), cb),
+      );
   });
   return { pool, prepared };
 }

@@ -15,36 +15,25 @@ import { ZkSession, statLong } from '../../src/stores/zookeeper/session.js';
 import { loadZookeeper } from '../../src/stores/zookeeper/driver.js';
 import { sortCandidates } from '../../src/stores/zookeeper/layout.js';
 import { FaultProxy } from '../chaos/proxy/index.js';
-import { startZookeeper } from '../fixtures/zookeeper.js';
-import type { ZookeeperServer } from '../fixtures/zookeeper.js';
+import { usePrivateZookeeper } from '../fixtures/zookeeper.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-let server: ZookeeperServer;
-const toClose: { close(): Promise<void> | void }[] = [];
-
-beforeAll(async () => {
-  server = await startZookeeper();
-});
-afterAll(async () => {
-  await server.stop();
-});
-afterEach(async () => {
-  for (const c of toClose.splice(0).reverse()) await c.close();
-});
+const zk = usePrivateZookeeper({ beforeAll, afterAll, afterEach });
+const { toClose } = zk;
 
 function chroot(): string {
   return `/faults-${randomBytes(5).toString('hex')}`;
 }
 
-function store(root: string, host = server.host, requestTimeoutMs = 2000): ZookeeperStore {
+function store(root: string, host = zk.server.host, requestTimeoutMs = 2000): ZookeeperStore {
   const s = new ZookeeperStore({ hosts: [host], chroot: root, requestTimeoutMs });
   toClose.push(s);
   return s;
 }
 
 async function admin(): Promise<ZkSession> {
-  const s = await ZkSession.open({ hosts: server.host, sessionTimeoutMs: 10_000, requestTimeoutMs: 5000 });
+  const s = await ZkSession.open({ hosts: zk.server.host, sessionTimeoutMs: 10_000, requestTimeoutMs: 5000 });
   toClose.push(s);
   return s;
 }
@@ -118,7 +107,7 @@ describe('ZooKeeper store: bad input and faults', () => {
 
   it('an elector whose znode is removed by hand is deposed; a leader of term 2 follows; never two leaders', async () => {
     const root = chroot();
-    const url = `${server.url}${root}`;
+    const url = `${zk.server.url}${root}`;
     const sa = await openStore(url);
     const sb = await openStore(url);
     toClose.push(sa, sb);
@@ -154,7 +143,7 @@ describe('ZooKeeper store: bad input and faults', () => {
 
   it('a holder cut off until the server expires its session: the other store takes term + 1 no sooner than the TTL, the old holder learns it lost and is fenced', async () => {
     const root = chroot();
-    const proxy = await FaultProxy.start({ target: { host: '127.0.0.1', port: server.port } });
+    const proxy = await FaultProxy.start({ target: { host: '127.0.0.1', port: zk.server.port } });
     toClose.push(proxy);
     const a = store(root, `127.0.0.1:${proxy.endpoint.port}`, 500);
     const b = store(root);
@@ -190,7 +179,7 @@ describe('ZooKeeper store: bad input and faults', () => {
     // file's 2 s): a restarted server's first answers came later than 2 s in CI (a getData of the
     // fence, the JVM cold, the machine's 2 cores busy with the suite's other files). What is
     // checked is who holds the lease and which terms are written, not how fast.
-    const a = store(root, server.host, 10_000);
+    const a = store(root, zk.server.host, 10_000);
     const TTL = 3000;
     expect(await a.acquire('g', 'a~1', TTL)).toMatchObject({ acquired: true, lease: { term: 1 } });
     await waitFor('the set-up append', async () => {
@@ -203,7 +192,7 @@ describe('ZooKeeper store: bad input and faults', () => {
       }
     }, 20_000);
     expect((await a.readStream('s')).map((e) => e.payload)).toEqual(['one']);
-    await server.restart();
+    await zk.server.restart();
     // Back within the session timeout, the session (and the node) is resumed and renews; a client
     // that cannot get back within it ends the session here as the server does (Curator's LOST).
     const r = await waitFor('an answer after the restart', async () => {
@@ -230,7 +219,7 @@ describe('ZooKeeper store: bad input and faults', () => {
         const had = (await s.readStream('s')).find((e) => e.payload === payload);
         return had ? had.seq : s.appendFenced({ lease: 'g', term }, 's', payload);
       });
-    const b = store(root, server.host, 10_000);
+    const b = store(root, zk.server.host, 10_000);
     if (r.renewed) {
       expect(r.lease).toMatchObject({ owner: 'a~1', term: 1 });
       expect(await answered('b refused', () => b.acquire('g', 'b~1', 5000))).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: 1 } });
@@ -271,8 +260,8 @@ describe('ZooKeeper store: bad input and faults', () => {
     const id = held.client.getSessionId();
     expect(id.equals(stat.ephemeralOwner)).toBe(true);
     // An intruder takes the session over (the server moves it to the intruder's connection) and ends it.
-    const zk = loadZookeeper();
-    const intruder = zk.createClient(server.host, { sessionTimeout: 10_000, sessionId: id, sessionPassword: held.client.getSessionPassword(), retries: 0 } as Parameters<typeof zk.createClient>[1]);
+    const driver = loadZookeeper();
+    const intruder = driver.createClient(zk.server.host, { sessionTimeout: 10_000, sessionId: id, sessionPassword: held.client.getSessionPassword(), retries: 0 } as Parameters<typeof driver.createClient>[1]);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('the intruder got no session')), 5000);
       intruder.once('connected', () => {
@@ -305,7 +294,7 @@ describe('ZooKeeper store: bad input and faults', () => {
     // node-zookeeper-client kept the half frame and glued it in front of the next connection's
     // connect response: the client then hung in CONNECTING or threw from its socket handler and
     // ended the process (chaos suite, seed 2 with connection faults).
-    const proxy = await FaultProxy.start({ target: { host: '127.0.0.1', port: server.port } });
+    const proxy = await FaultProxy.start({ target: { host: '127.0.0.1', port: zk.server.port } });
     toClose.push(proxy);
     const path = `${chroot()}-torn`;
     const z = await admin();
@@ -330,7 +319,7 @@ describe('ZooKeeper store: bad input and faults', () => {
   it('a foreign candidate (a Curator-style latch node) that leads is reported, and tenure never takes the name from it', async () => {
     const root = chroot();
     const a = store(root);
-    const foreign = await ZkSession.open({ hosts: server.host, sessionTimeoutMs: 10_000, requestTimeoutMs: 5000 });
+    const foreign = await ZkSession.open({ hosts: zk.server.host, sessionTimeoutMs: 10_000, requestTimeoutMs: 5000 });
     toClose.push(foreign);
     const dir = a.layout.lease('g');
     await foreign.ensure(dir);

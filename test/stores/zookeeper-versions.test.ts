@@ -18,32 +18,21 @@ import { StaleTermError } from '../../src/index.js';
 import { ZookeeperStore } from '../../src/stores/zookeeper/index.js';
 import { ZK, ZkError, ZkSession } from '../../src/stores/zookeeper/session.js';
 import type { MultiOp } from '../../src/stores/zookeeper/session.js';
-import { startZookeeper } from '../fixtures/zookeeper.js';
-import type { ZookeeperServer } from '../fixtures/zookeeper.js';
+import { usePrivateZookeeper } from '../fixtures/zookeeper.js';
 
-let server: ZookeeperServer;
-const toClose: { close(): Promise<void> | void }[] = [];
-
-beforeAll(async () => {
-  server = await startZookeeper();
-});
-afterAll(async () => {
-  await server.stop();
-});
-afterEach(async () => {
-  for (const c of toClose.splice(0).reverse()) await c.close();
-});
+const zk = usePrivateZookeeper({ beforeAll, afterAll, afterEach });
+const { toClose } = zk;
 
 const root = (): string => `/versions-${randomBytes(5).toString('hex')}`;
 
 async function session(): Promise<ZkSession> {
-  const s = await ZkSession.open({ hosts: server.host, sessionTimeoutMs: 10_000, requestTimeoutMs: 5000 });
+  const s = await ZkSession.open({ hosts: zk.server.host, sessionTimeoutMs: 10_000, requestTimeoutMs: 5000 });
   toClose.push(s);
   return s;
 }
 
 function store(chroot: string): ZookeeperStore {
-  const s = new ZookeeperStore({ hosts: [server.host], chroot, requestTimeoutMs: 5000 });
+  const s = new ZookeeperStore({ hosts: [zk.server.host], chroot, requestTimeoutMs: 5000 });
   toClose.push(s);
   return s;
 }

@@ -92,6 +92,28 @@ describe('SqliteStore', () => {
     await watcher.close();
   });
 
+  it("tells a lease watcher of a whole hold by another connection between two of its polls, as a release (a loser of the race to it would otherwise sleep out the hold's TTL)", async () => {
+    const path = dbPath();
+    const watcher = new SqliteStore({ path, pollMs: 150 });
+    const holder = new SqliteStore({ path });
+    const seen: (string | null)[] = [];
+    const stop = watcher.watch('g', (lease) => seen.push(lease ? `${lease.owner}@${lease.term}` : null));
+    await new Promise((r) => setTimeout(r, 400)); // a poll or two: the name looked at, free
+    expect(seen).toEqual([]);
+    // Taken and let go within one poll interval (synchronous driver: microseconds apart).
+    const { lease } = await holder.acquire('g', 'b~1', 60_000);
+    await holder.release('g', 'b~1', lease.term);
+    const until = performance.now() + 2000;
+    while (seen.length === 0 && performance.now() < until) await new Promise((r) => setTimeout(r, 10));
+    expect(seen).toEqual([null]);
+    // Still free at that term: nothing more to tell.
+    await new Promise((r) => setTimeout(r, 400));
+    expect(seen).toEqual([null]);
+    stop();
+    await holder.close();
+    await watcher.close();
+  });
+
   it('lets timers fire while leader work appends in a tight loop (the deadline timer must not starve)', async () => {
     const store = new SqliteStore({ path: dbPath() });
     const { lease } = await store.acquire('g', 'a~1', 10_000);

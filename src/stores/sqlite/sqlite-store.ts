@@ -230,8 +230,13 @@ interface WatchedStream {
 
 interface Watched {
   readonly listeners: Set<WatchListener>;
-  /** What listeners were last told: owner and term of the live lease, or null. */
-  last: { owner: string; term: number; expiresAtMs: number } | null;
+  /**
+   * What the last look found: the live lease's owner, term and expiry; or, with owner null, the
+   * name free at that term (-1: not known). A term that moved while the name looked free both
+   * times was a whole hold between two polls: told as a release, or a candidate that lost the
+   * race to it would sleep out that hold's TTL.
+   */
+  last: { owner: string | null; term: number; expiresAtMs: number };
 }
 
 export class SqliteStore implements Store {
@@ -336,7 +341,7 @@ export class SqliteStore implements Store {
       if (!decision.acquired) return { acquired: false, lease: toLease(decision.row, now) };
       this.putRow(decision.row);
       return { acquired: true, lease: toLease(decision.row as LeaseRow & { owner: string }, now) };
-    }, (result) => this.notifyLocal(name, result.acquired ? result.lease : null, result.acquired));
+    }, (result) => result.acquired && this.notifyLocal(name, result.lease, result.lease.term));
   }
 
   async renew(name: string, owner: string, term: number, ttlMs: number): Promise<RenewResult> {
@@ -373,7 +378,7 @@ export class SqliteStore implements Store {
       if (next === null) return false;
       this.putRow(next);
       return true;
-    }, (released) => released && this.notifyLocal(name, null, true));
+    }, (released) => released && this.notifyLocal(name, null, term));
   }
 
   async read(name: string): Promise<Lease | null> {
@@ -520,14 +525,13 @@ export class SqliteStore implements Store {
     if (this.closed) throw new ClosedError('sqlite store');
     let w = this.watched.get(name);
     if (!w) {
-      let row: LeaseRow | undefined;
+      let row: LeaseRow | undefined | null;
       try {
         row = this.getRow(name);
       } catch {
-        row = undefined; // busy, or a row tenure cannot use: the poll compares from nothing
+        row = null; // busy, or a row tenure cannot use: the poll compares from nothing
       }
-      const now = this.clock.now();
-      w = { listeners: new Set(), last: isLive(row, now) ? { owner: row.owner, term: row.term, expiresAtMs: row.expiresAtMs } : null };
+      w = { listeners: new Set(), last: seen(row, this.clock.now()) };
       this.watched.set(name, w);
     }
     w.listeners.add(listener);
@@ -813,12 +817,12 @@ export class SqliteStore implements Store {
     return new StoreUnavailableError(`sqlite store ${this.path}: ${message}`, { cause: err });
   }
 
-  private notifyLocal(name: string, lease: Lease | null, changed: boolean): void {
-    if (!changed) return;
+  /** This store changed the name (`lease` taken, or null: released at `term`): tell its watchers at once. */
+  private notifyLocal(name: string, lease: Lease | null, term: number): void {
     const w = this.watched.get(name);
     if (!w) return;
     const now = this.clock.now();
-    w.last = lease ? { owner: lease.owner, term: lease.term, expiresAtMs: now + lease.remainingMs } : null;
+    w.last = lease ? { owner: lease.owner, term, expiresAtMs: now + lease.remainingMs } : { owner: null, term, expiresAtMs: 0 };
     for (const l of [...w.listeners]) queueMicrotask(() => l(lease));
   }
 
@@ -858,21 +862,25 @@ export class SqliteStore implements Store {
       if (changed) for (const stream of this.watchedStreams.keys()) this.tellStream(stream, Number(this.st.lastSeq.get(stream)?.seq ?? 0));
       const now = this.clock.now();
       for (const [name, w] of this.watched) {
-        const expired = w.last !== null && w.last.expiresAtMs <= now;
+        const expired = w.last.owner !== null && w.last.expiresAtMs <= now;
         if (!changed && !expired) continue;
         const row = this.getRow(name);
-        const live = isLive(row, now) ? row : null;
         const before = w.last;
-        w.last = live ? { owner: live.owner, term: live.term, expiresAtMs: live.expiresAtMs } : null;
-        if (before === null && live === null) continue;
-        if (before !== null && live !== null && before.owner === live.owner && before.term === live.term) continue; // a renewal
-        const lease = live ? toLease(live, now) : null;
+        w.last = seen(row, now);
+        if (before.owner === w.last.owner && before.term === w.last.term) continue; // a renewal, or still free
+        const lease = isLive(row, now) ? toLease(row, now) : null;
         for (const l of [...w.listeners]) l(lease);
       }
     } catch {
       // A busy or failing database is retried on the next tick; callers see errors on their own calls.
     }
   }
+}
+
+/** A watched name as a look at its row finds it (see Watched.last). */
+function seen(row: LeaseRow | undefined | null, now: number): Watched['last'] {
+  if (isLive(row, now)) return { owner: row.owner, term: row.term, expiresAtMs: row.expiresAtMs };
+  return { owner: null, term: row ? row.term : row === undefined ? 0 : -1, expiresAtMs: 0 };
 }
 
 /**

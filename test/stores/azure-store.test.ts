@@ -136,6 +136,25 @@ describe('watch by polling (watchPollMs)', () => {
     await other.close();
   }, 60_000);
 
+  it("tells a watcher the release of a holder its store's acquire met, though no poll saw that hold", async () => {
+    const name = container();
+    // Polls 3 s apart (the first at once): the hold below falls between two of them.
+    const store = new AzureBlobStore({ endpoint: `http://127.0.0.1:${azurite.port}/${AZURITE_ACCOUNT}`, account: AZURITE_ACCOUNT, accountKey: AZURITE_KEY, container: name, watchPollMs: 3000 });
+    const other = open(name);
+    const seen: (string | null)[] = [];
+    const stop = store.watch!('g', (lease) => seen.push(lease ? `${lease.owner}@${lease.term}` : null));
+    await sleep(300); // the first poll: free
+    const held = await other.acquire('g', 'a~1', 15_000);
+    expect(await store.acquire('g', 'b~1', 15_000)).toMatchObject({ acquired: false, lease: { owner: 'a~1', term: held.lease.term } });
+    await other.release('g', 'a~1', held.lease.term);
+    expect(seen).toEqual([`a~1@${held.lease.term}`]); // told by the acquire, not by a poll
+    await waitUntil(() => seen.length >= 2, 5000); // the next poll finds it free
+    expect(seen).toEqual([`a~1@${held.lease.term}`, null]);
+    stop();
+    await store.close();
+    await other.close();
+  }, 30_000);
+
   it('refuses a bad watchPollMs', () => {
     expect(() => new AzureBlobStore({ container: 'abc', endpoint: 'http://127.0.0.1:1/a', account: 'acct', accountKey: 'a2V5', watchPollMs: 1 })).toThrow(/watchPollMs/);
   });

@@ -156,7 +156,13 @@ export class AzureBlobStore implements Store {
       }
       if (live) {
         const holder = await this.confirmHolder(name, snap);
-        if (holder) return { acquired: false, lease: holder };
+        if (holder) {
+          // The watchers hear of the holder this acquire met: a poll that never sees it (taken
+          // and let go between two polls) must still tell its release, or a candidate that lost
+          // to it would sleep out a blob lease (15-60 s) instead of one poll.
+          this.noteLocal(name, holder.term, holder.owner, holder);
+          return { acquired: false, lease: holder };
+        }
         // Leased, but not by the recorded holder: a new holder between its lease and its term
         // write, maybe this very owner after an answer that was lost (rule 3): try its next id.
         if (snap.state === 'leased') {

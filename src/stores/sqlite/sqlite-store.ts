@@ -525,13 +525,13 @@ export class SqliteStore implements Store {
     if (this.closed) throw new ClosedError('sqlite store');
     let w = this.watched.get(name);
     if (!w) {
-      let row: LeaseRow | undefined | null;
+      let last: Watched['last'];
       try {
-        row = this.getRow(name);
+        last = seen(this.getRow(name), this.clock.now());
       } catch {
-        row = null; // busy, or a row tenure cannot use: the poll compares from nothing
+        last = { owner: null, term: -1, expiresAtMs: 0 }; // busy, or a row tenure cannot use: the poll compares from nothing
       }
-      w = { listeners: new Set(), last: seen(row, this.clock.now()) };
+      w = { listeners: new Set(), last };
       this.watched.set(name, w);
     }
     w.listeners.add(listener);
@@ -878,9 +878,9 @@ export class SqliteStore implements Store {
 }
 
 /** A watched name as a look at its row finds it (see Watched.last). */
-function seen(row: LeaseRow | undefined | null, now: number): Watched['last'] {
+function seen(row: LeaseRow | undefined, now: number): Watched['last'] {
   if (isLive(row, now)) return { owner: row.owner, term: row.term, expiresAtMs: row.expiresAtMs };
-  return { owner: null, term: row ? row.term : row === undefined ? 0 : -1, expiresAtMs: 0 };
+  return { owner: null, term: row?.term ?? 0, expiresAtMs: 0 };
 }
 
 /**

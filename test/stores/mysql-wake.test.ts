@@ -312,14 +312,46 @@ describe('mysql wake locks', () => {
     await settled(waiter, 'rw', holder);
     expect(await holder.release('rw', 'a~1', term)).toBe(true);
     await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen');
-    // Another owner's release of that term: false, and the lease stays the holder's (the wake
-    // lock is let go with any release of the name and term, as before: it is a hint only).
+    // Another owner's release of that term: false, and the lease stays the holder's.
     const t2 = (await holder.acquire('rw', 'a~1', TTL_MS)).lease.term;
     await waitFor(() => holder.wakeState().held.includes('rw'), 10_000, 'wake lock held again');
     expect(await holder.release('rw', 'z~9', t2)).toBe(false);
     expect(await waiter.read('rw')).toMatchObject({ owner: 'a~1', term: t2 });
     expect(await holder.release('rw', 'a~1', t2)).toBe(true);
     expect(await waiter.read('rw')).toBeNull();
+    w.stop();
+  });
+
+  it("another candidate of the same store (another owner) never lets go of the holder's wake lock: its waiters stay blocked until the holder's release", async () => {
+    // Two electors of one group in one process share a store: the one that lost calls acquire,
+    // renew and release with its own owner. None of them may free the holder's wake lock: the
+    // other processes' waiters would wake, find the lease held, and fall back to polling.
+    const shared = open();
+    const other = open();
+    const lock = wakeLockName(db.name, 'tenure_', 'two');
+    const usedBy = async (): Promise<number | null> => {
+      const [rows] = await admin.query('SELECT IS_USED_LOCK(?) AS id', [lock]);
+      return (rows as { id: number | null }[])[0]?.id ?? null;
+    };
+    const term = (await shared.acquire('two', 'a~1', TTL_MS)).lease.term;
+    await waitFor(() => shared.wakeState().held.includes('two'), 10_000, 'wake lock held');
+    const w = record(other, 'two');
+    await settled(other, 'two', shared);
+    const wakes = other.wakeState().wakes;
+    // The loser, on the same store: an acquire refused, a renew and a release of the holder's term refused.
+    expect((await shared.acquire('two', 'b~2', TTL_MS)).acquired).toBe(false);
+    expect((await shared.renew('two', 'b~2', term, TTL_MS)).renewed).toBe(false);
+    expect(await shared.release('two', 'b~2', term)).toBe(false);
+    expect(await shared.renewMany('b~2', [{ name: 'two', term }], TTL_MS)).toMatchObject([{ renewed: false }]);
+    await new Promise((r) => setTimeout(r, 300)); // a let-go runs in the background: give it time to land
+    expect(shared.wakeState().held).toEqual(['two']);
+    expect(await usedBy()).not.toBeNull();
+    expect(other.wakeState().wakes).toBe(wakes);
+    expect(other.wakeState().waiting).toEqual(['two']);
+    // The holder's release wakes the waiter at once.
+    expect(await shared.release('two', 'a~1', term)).toBe(true);
+    await waitFor(() => w.seen.at(-1) === null, 10_000, 'release seen');
+    expect(await usedBy()).toBeNull();
     w.stop();
   });
 

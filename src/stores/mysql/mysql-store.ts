@@ -263,10 +263,10 @@ export class MysqlStore implements Store {
     // Schema 7 reports the hand-over hint seen by the winning transaction (sql.ts, `acquire`).
     const result: AcquireResult = { acquired, lease: rowLease(row), ...(acquired && row.hinted != null && Number(row.hinted) === 0 ? { noTransferHint: true } : {}) };
     if (result.acquired) {
-      this.holder?.hold(name, result.lease.term);
+      this.holder?.hold(name, result.lease.term, owner);
       this.noteLocal(name, { term: result.lease.term, owner }, result.lease);
     } else if (result.lease.owner !== owner) {
-      this.holder?.drop(name);
+      this.holder?.heldBy(name, result.lease);
       // Lost to a holder, which takes its wake lock next: a waiter of ours waits on it now.
       this.wakers.get(name)?.nudge();
     }
@@ -288,7 +288,7 @@ export class MysqlStore implements Store {
       const lease = rowLease(row);
       return { renewed: lease.owner === owner && lease.term === term, lease };
     });
-    if (!result.renewed) this.holder?.drop(name, term);
+    if (!result.renewed) this.holder?.drop(name, owner, term);
     return result;
   }
 
@@ -308,7 +308,7 @@ export class MysqlStore implements Store {
         return { renewed: lease.owner === owner && lease.term === Number(row.t), lease };
       });
     });
-    if (this.holder) results.forEach((r, i) => r.renewed || this.holder!.drop(leases[i]!.name, leases[i]!.term));
+    if (this.holder) results.forEach((r, i) => r.renewed || this.holder!.drop(leases[i]!.name, owner, leases[i]!.term));
     return results;
   }
 
@@ -319,7 +319,7 @@ export class MysqlStore implements Store {
     if (this.closed) throw new ClosedError('mysql store');
     // Where this store holds the lease's wake lock on an idle session: the release and the wake
     // lock's, one round trip there (waiters wake as the release commits).
-    const here = this.holder?.releaseHere(name, term, async (c, lock) => Number((await callRows(c, this.sql.releaseWake, [name, owner, term, lock]))[0]?.released) === 1);
+    const here = this.holder?.releaseHere(name, owner, term, async (c, lock) => Number((await callRows(c, this.sql.releaseWake, [name, owner, term, lock]))[0]?.released) === 1);
     let released: boolean;
     if (here) {
       released = await here.catch((err: unknown) => {
@@ -328,7 +328,7 @@ export class MysqlStore implements Store {
     } else {
       released = await this.run('release', async (c) => affected(await c.execute(this.sql.release, [name, owner, term])) === 1);
       // Only now, after the row says so, are waiters woken: one woken earlier would find it held.
-      this.holder?.drop(name, term);
+      this.holder?.drop(name, owner, term);
     }
     if (released) this.noteLocal(name, { term, owner: null }, null);
     return released;

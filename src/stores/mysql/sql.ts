@@ -265,7 +265,9 @@ export function buildSql(prefix: string): MysqlSql {
        END`,
       // A holder's release and its wake lock's, one round trip (see wake.ts): each statement of a
       // procedure commits on its own in autocommit, so a waiter woken by the RELEASE_LOCK reads
-      // the released row. The lock is let go whether or not the row was this holder's to release.
+      // the released row. The store calls it only with the owner and term its wake lock is for
+      // (wake.ts, releaseHere); the lock is let go whether or not the row was still theirs to
+      // release (a lease that lapsed and passed on is not this holder's either).
       `DROP PROCEDURE IF EXISTS ${releaseWakeProc}`,
       `CREATE PROCEDURE ${releaseWakeProc}(IN p_name VARBINARY(800), IN p_owner VARBINARY(800), IN p_term BIGINT, IN p_lock VARCHAR(64))
        MODIFIES SQL DATA

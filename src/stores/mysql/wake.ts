@@ -118,8 +118,12 @@ function gotLock(result: [unknown, unknown]): number | null {
 /** The holder side: one session holding the wake lock of every lease this store holds. */
 export class WakeHolder {
   private session: Promise<Session> | null = null;
-  /** Leases this store holds (name -> term): their wake locks are wanted. */
-  private readonly wanted = new Map<string, number>();
+  /**
+   * Leases this store holds (name -> the holder's term and owner): their wake locks are wanted.
+   * The owner matters where one store serves several candidates of a name (electors of one group
+   * in one process): a call of another owner must not let go of the holder's wake lock.
+   */
+  private readonly wanted = new Map<string, { readonly term: number; readonly owner: string }>();
   /** Wake locks the current session holds. */
   private readonly locked = new Set<string>();
   /** Names with a take queued or waiting to be tried again. */
@@ -134,18 +138,29 @@ export class WakeHolder {
 
   constructor(private readonly deps: WakeDeps) {}
 
-  /** This store now holds `name` at `term`: take its wake lock (in the background). */
-  hold(name: string, term: number): void {
+  /** `owner` of this store now holds `name` at `term`: take its wake lock (in the background). */
+  hold(name: string, term: number, owner: string): void {
     if (this.closed) return;
     const had = this.wanted.get(name);
-    this.wanted.set(name, term);
+    this.wanted.set(name, { term, owner });
     if (had === undefined || !this.locked.has(name)) this.sync(name);
   }
 
-  /** This store no longer holds `name` (at `term`, when given): release its wake lock. */
-  drop(name: string, term?: number): void {
+  /**
+   * `owner`'s hold of `name` (at `term`) is over: release its wake lock, unless what this store
+   * holds is another owner's or another term's.
+   */
+  drop(name: string, owner: string, term: number): void {
     const had = this.wanted.get(name);
-    if (had === undefined || (term !== undefined && had !== term)) return;
+    if (had === undefined || had.owner !== owner || had.term !== term) return;
+    this.wanted.delete(name);
+    this.sync(name);
+  }
+
+  /** `name` is held by `holder` now (an acquire or read here saw it): a hold of this store's that is not it is over. */
+  heldBy(name: string, holder: { readonly owner: string; readonly term: number }): void {
+    const had = this.wanted.get(name);
+    if (had === undefined || (had.owner === holder.owner && had.term === holder.term)) return;
     this.wanted.delete(name);
     this.sync(name);
   }
@@ -158,9 +173,10 @@ export class WakeHolder {
    * caller then releases through the pool and calls `drop`. A failed call ends the session (its
    * locks go with it, waking the waiters) and rejects: the release may or may not have committed.
    */
-  releaseHere(name: string, term: number, call: (c: MysqlConnection, lock: string) => Promise<boolean>): Promise<boolean> | null {
+  releaseHere(name: string, owner: string, term: number, call: (c: MysqlConnection, lock: string) => Promise<boolean>): Promise<boolean> | null {
     const s = this.current;
-    if (this.closed || s === null || this.queued > 0 || this.wanted.get(name) !== term || !this.locked.has(name)) return null;
+    const had = this.wanted.get(name);
+    if (this.closed || s === null || this.queued > 0 || had?.owner !== owner || had.term !== term || !this.locked.has(name)) return null;
     this.wanted.delete(name);
     this.retries.delete(name);
     const released = this.enqueue(async () => {

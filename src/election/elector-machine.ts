@@ -19,7 +19,7 @@
  * leader whose work reported no `progress` for that long is `stalled` (and, with
  * `stepDownOnStall`, resigns with reason `stalled`) until it reports progress again.
  */
-import { candidateDelay, leaderDeadline } from '../core/index.js';
+import { candidateDelay, leaderDeadline, nodeIdOf } from '../core/index.js';
 import type { Lease, LeaseMeta, Random, Timing } from '../core/index.js';
 
 export interface ElectorConfig {
@@ -30,6 +30,12 @@ export interface ElectorConfig {
   readonly progressTimeoutMs?: number;
   /** A stalled leader resigns (reason `stalled`). Default false: stalled is only reported. */
   readonly stepDownOnStall?: boolean;
+  /**
+   * Hand-over hints are in use (LeaderElector.transferTo): a release pushed while this node holds
+   * back (after a resign, or for a hand-over to another node) is checked against the hint
+   * (`read-hint`), so a hand-over naming this node is not kept waiting. Default false.
+   */
+  readonly transfers?: boolean;
 }
 
 /** Why leadership ended. */
@@ -78,6 +84,8 @@ export interface ElectorState {
   readonly retiredTerm: number;
   /** No campaign before this instant (after a resign, or while a hand-over to another node is under way). */
   readonly resignUntil: number;
+  /** The id of the `read-hint` in flight, or null. */
+  readonly hintRead: number | null;
   readonly lastRenewAt: number | null;
   /** Consecutive faults; 0 after any store call answers normally. */
   readonly faults: number;
@@ -116,6 +124,8 @@ export type ElectorEvent =
    * win is not led: the term is given up (released) and no campaign starts for that long.
    */
   | { readonly type: 'acquire-ok'; readonly id: number; readonly acquired: boolean; readonly lease: Lease; readonly holdBackMs?: number }
+  /** A `read-hint`'s answer: the node id (or incarnation) the live hand-over hint names, or null (none, or the read failed). */
+  | { readonly type: 'hint'; readonly id: number; readonly to: string | null }
   | ({ readonly type: 'acquire-failed'; readonly id: number } & CallError)
   | { readonly type: 'renew-ok'; readonly id: number; readonly renewed: boolean; readonly lease: Lease | null }
   | ({ readonly type: 'renew-failed'; readonly id: number } & CallError)
@@ -129,6 +139,8 @@ export type ElectorEvent =
 export type ElectorEffect =
   | { readonly type: 'send-acquire'; readonly id: number }
   | { readonly type: 'send-renew'; readonly id: number; readonly term: number }
+  /** Read the hand-over hint (GROUP/transfer-to) and answer with a `hint` event of this id. */
+  | { readonly type: 'read-hint'; readonly id: number }
   /** stop() came with an acquire in flight: if it turns out a win, release it. */
   | { readonly type: 'abandon-acquire'; readonly id: number }
   /**
@@ -185,6 +197,7 @@ export function initialState(): ElectorState {
     known: { owner: null, term: 0 },
     retiredTerm: 0,
     resignUntil: 0,
+    hintRead: null,
     lastRenewAt: null,
     faults: 0,
     lastFault: null,
@@ -251,6 +264,11 @@ class Step {
       case 'push':
         this.onPush(e.lease);
         return;
+      case 'hint':
+        if (s.hintRead !== e.id) return;
+        s.hintRead = null;
+        this.onHint(e.to);
+        return;
       case 'timer':
         if (s.timers[e.timer] !== e.id) return; // cancelled or replaced
         s.timers[e.timer] = null;
@@ -304,6 +322,7 @@ class Step {
     }
     const waitResign = s.resignUntil - this.now;
     if (waitResign > 0) return this.pause(waitResign);
+    s.hintRead = null; // a hint read still unanswered has nothing left to end (its answer is ignored)
     const id = this.id();
     s.loop = { kind: 'acquire', id, sentAt: this.now, pushed: false };
     this.effects.push({ type: 'send-acquire', id });
@@ -540,7 +559,29 @@ class Step {
       return;
     }
     this.observe(lease);
-    if (!lease && !s.leader) this.tryAgain();
+    if (!lease && !s.leader) {
+      // Released while this node holds back: the release may be a hand-over naming this node
+      // (transferTo), which the hold-back must not keep waiting. Read the hint (onHint).
+      if (this.config.transfers && s.resignUntil > this.now && s.hintRead === null && !s.stopping) {
+        const id = this.id();
+        s.hintRead = id;
+        this.effects.push({ type: 'read-hint', id });
+      }
+      this.tryAgain();
+    }
+  }
+
+  /**
+   * The hint read after a release pushed during a hold-back: one that names this node ends the
+   * hold-back and campaigns at once (the leader asked for this node; a resign's wait is for
+   * others to take over, and here this node is the one asked to). Any other answer: hold back on.
+   */
+  private onHint(to: string | null): void {
+    const s = this.state;
+    if (to === null || s.leader || s.stopping || s.resignUntil <= this.now) return;
+    if (to !== this.config.owner && to !== nodeIdOf(this.config.owner)) return;
+    s.resignUntil = this.now;
+    this.tryAgain();
   }
 
   /** Campaign again at once: end the pause, or, with an acquire in flight, skip the next pause. */

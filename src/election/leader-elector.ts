@@ -238,7 +238,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     if (typeof stepDownOnStall !== 'boolean') throw new InvalidArgumentError('stepDownOnStall', `expected a boolean, got ${typeof stepDownOnStall}`);
     if (options.logger !== undefined && !isLogger(options.logger)) throw new InvalidArgumentError('logger', 'expected a pino-compatible logger with debug, info, warn and error methods');
     this.logger = options.logger;
-    this.config = { owner: this.owner, timing: this.timing, random, progressTimeoutMs, stepDownOnStall };
+    this.config = { owner: this.owner, timing: this.timing, random, progressTimeoutMs, stepDownOnStall, transfers: this.transferName !== null };
   }
 
   /** True while this node holds leadership and its local deadline has not passed. */
@@ -607,6 +607,19 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         this.wins.delete(e.term);
         this.track(this.release(e.term));
         return;
+      case 'read-hint': {
+        const id = e.id;
+        const name = this.transferName;
+        const read = name === null ? Promise.resolve(null) : this.call('read-hint', Promise.resolve().then(() => this.store.read(name)));
+        read.then(
+          (hint) => {
+            const to = hint?.meta['to'];
+            void this.dispatch({ type: 'hint', id, to: typeof to === 'string' ? to : null });
+          },
+          () => void this.dispatch({ type: 'hint', id, to: null }),
+        );
+        return;
+      }
       case 'abandon-acquire':
         // The one in flight, and any the loop gave up on before it (see abandonAcquires).
         this.track(this.abandonAcquires());

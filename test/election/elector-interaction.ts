@@ -174,6 +174,8 @@ export class ElectorEnv {
         return `send renew #${e.id} term=${e.term}`;
       case 'abandon-acquire':
         return `abandon acquire #${e.id}`;
+      case 'read-hint':
+        return `read hint #${e.id}`;
       case 'release':
         return `release term=${e.term}`;
       case 'set-timer':

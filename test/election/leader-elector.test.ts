@@ -510,4 +510,124 @@ describe('LeaderElector: transferTo on a virtual clock', () => {
     expect(c.isLeader).toBe(true);
     for (const e of [a, b, c]) await e.stop();
   });
+
+  it('a candidate holding back for a hint naming another node takes at once a hand-over that names it', async () => {
+    // As above, but the second hint comes right after the first hand-over, while c still holds
+    // back for the first: the release of the second is pushed to c, which reads the hint, finds
+    // it named, and campaigns at once, not after the rest of its hold-back (up to a renew
+    // interval: 333 ms here).
+    const w = world();
+    const a = w.elector('a');
+    const b = w.elector('b');
+    const c = w.elector('c');
+    const elected: string[] = [];
+    for (const [id, e] of [['a', a], ['b', b], ['c', c]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
+    a.start();
+    await w.advance(1);
+    c.start();
+    await w.advance(100);
+    const round1 = a.transferTo('b');
+    await w.advance(20);
+    expect(await w.store.read('g')).toBeNull(); // c won term 2 and gave it back
+    const heldBackAt = w.clock.now();
+    b.start();
+    await w.advance(20);
+    expect(elected).toEqual(['a@1', 'b@3']);
+    await w.advance(a.timing.retryMs);
+    expect((await round1).owner).toBe(b.owner);
+
+    const started = w.clock.now();
+    expect(started - heldBackAt).toBeLessThan(b.timing.renewIntervalMs / 2); // still within c's hold-back
+    let takenOverAt: number | null = null;
+    const transfer = b.transferTo('c').then((lease) => {
+      takenOverAt = w.clock.now();
+      return lease;
+    });
+    await w.advance(b.timing.renewIntervalMs + 2 * b.timing.retryMs);
+    const round2 = await transfer;
+    expect(round2.owner).toBe(c.owner);
+    // Taken over within the transfer's own poll (retryMs), not at the end of c's hold-back.
+    expect(takenOverAt! - started).toBeLessThanOrEqual(b.timing.retryMs + 5);
+    expect(elected.slice(2)).toEqual([`c@${round2.term}`]);
+    for (const e of [a, b, c]) await e.stop();
+  });
+
+  it('a leader that just handed over (holding back after its resign) takes a hand-over back at once when the new leader names it', async () => {
+    // A rolling restart's back-and-forth: a → b, then at once b → a. a resigned in the first
+    // transfer and holds back a renew interval (333 ms here); the release of the second names a,
+    // so a reads the hint on the release's push and campaigns at once.
+    const w = world();
+    const a = w.elector('a');
+    const b = w.elector('b');
+    const elected: string[] = [];
+    for (const [id, e] of [['a', a], ['b', b]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
+    a.start();
+    await w.advance(1);
+    b.start();
+    await w.advance(100);
+    const round1 = a.transferTo('b');
+    await w.advance(2 * a.timing.retryMs);
+    expect((await round1).owner).toBe(b.owner);
+    const started = w.clock.now();
+    let takenOverAt: number | null = null;
+    const round2 = b.transferTo('a').then((lease) => {
+      takenOverAt = w.clock.now();
+      return lease;
+    });
+    await w.advance(b.timing.renewIntervalMs + 2 * b.timing.retryMs);
+    expect((await round2).owner).toBe(a.owner);
+    expect(takenOverAt! - started).toBeLessThanOrEqual(b.timing.retryMs + 5);
+    expect(elected).toEqual(['a@1', 'b@2', 'a@3']);
+    for (const e of [a, b]) await e.stop();
+  });
+
+  it('a node holding back after a resign keeps holding back when a release names another node', async () => {
+    const w = world();
+    const a = w.elector('a');
+    const b = w.elector('b');
+    const c = w.elector('c');
+    const elected: string[] = [];
+    for (const [id, e] of [['a', a], ['b', b], ['c', c]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
+    a.start();
+    await w.advance(1);
+    b.start();
+    c.start();
+    await w.advance(100);
+    const round1 = a.transferTo('b');
+    await w.advance(2 * a.timing.retryMs);
+    expect((await round1).owner).toBe(b.owner);
+    // b hands over to c while a still holds back after its resign: a reads the hint, which names
+    // c, and does not campaign (no term taken and given back: c's is the next).
+    const round2 = b.transferTo('c');
+    await w.advance(2 * b.timing.retryMs);
+    expect((await round2).owner).toBe(c.owner);
+    expect(elected).toEqual(['a@1', 'b@2', 'c@3']);
+    for (const e of [a, b, c]) await e.stop();
+  });
+
+  it('a node holding back after a resign keeps holding back when a release comes with no hint', async () => {
+    const w = world();
+    const a = w.elector('a');
+    const b = w.elector('b');
+    const elected: string[] = [];
+    for (const [id, e] of [['a', a], ['b', b]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
+    a.start();
+    await w.advance(1);
+    b.start();
+    await w.advance(100);
+    await a.resign();
+    const resignedAt = w.clock.now();
+    await w.advance(5);
+    expect(elected).toEqual(['a@1', 'b@2']);
+    // b resigns too while a holds back: the release's push makes a read the hint (none), and a
+    // keeps holding back; nobody leads until a's renew interval from its resign has passed.
+    await b.resign();
+    await w.advance(20);
+    expect(await w.store.read('g')).toBeNull();
+    await w.advance(resignedAt + a.timing.renewIntervalMs - w.clock.now() - 1);
+    expect(elected).toEqual(['a@1', 'b@2']);
+    await w.advance(2);
+    expect(elected).toEqual(['a@1', 'b@2', 'a@3']);
+    for (const e of [a, b]) await e.stop();
+  });
 });

@@ -16,7 +16,7 @@
  * as is a run whose events never let virtual time move on). The checker of the shell simulation
  * (checker.ts) judges the run as a whole: overlapping leaderships, terms, fencing, liveness.
  */
-import { SeededRandom, StaleTermError, StoreDataError, StoreUnavailableError, VirtualClock, makeIncarnation, makeToken, randomInt } from '../../src/core/index.js';
+import { SeededRandom, StaleTermError, StoreDataError, StoreUnavailableError, VirtualClock, makeIncarnation, makeToken, nodeIdOf, randomInt } from '../../src/core/index.js';
 import type { AcquireResult, Random, RenewResult, Timing } from '../../src/core/index.js';
 import { initialState, step } from '../../src/election/elector-machine.js';
 import type { ElectorConfig, ElectorEffect, ElectorEvent, ElectorState } from '../../src/election/elector-machine.js';
@@ -140,6 +140,7 @@ interface Leadership {
 class Machine {
   private state: ElectorState = initialState();
   private readonly config: ElectorConfig;
+  private readonly random: Random;
   private readonly events: ElectorRecorder;
   private readonly timers: ElectorTimers;
   private readonly calls = new Map<number, PendingCall>();
@@ -165,7 +166,10 @@ class Machine {
     random: Random,
   ) {
     const owner = makeIncarnation(slot, random);
-    this.config = { owner, timing: w.timing, random };
+    // Hand-over hints on, as LeaderElector's default: a release pushed during a hold-back makes the
+    // machine read the hint (see 'read-hint' below).
+    this.config = { owner, timing: w.timing, random, transfers: true };
+    this.random = random;
     this.events = new ElectorRecorder(w.trace, w.history, this, p.label, group, owner, p.clock);
     this.timers = new ElectorTimers(p.clock, (event) => this.dispatch(event));
   }
@@ -229,6 +233,8 @@ class Machine {
       case 'release':
         this.release(e.term, () => {});
         return;
+      case 'read-hint':
+        return this.readHint(e.id);
       case 'set-timer':
       case 'cancel-timer':
         return this.timers.perform(e);
@@ -288,6 +294,30 @@ class Machine {
         this.events.storeError(e.operation, e.error);
         return;
     }
+  }
+
+  /**
+   * The hand-over hint's read, raced against the request timeout (no answer: none). The simulation
+   * takes no hints, so the store's answer is drawn: half the time a hint naming this node (as a
+   * transferTo to it would leave), which ends the machine's hold-back and lets it campaign at once.
+   */
+  private readHint(id: number): void {
+    let done = false;
+    const finish = (to: string | null): void => {
+      if (done) return;
+      done = true;
+      cancel();
+      this.dispatch({ type: 'hint', id, to });
+    };
+    const cancel = this.p.clock.setTimer(this.w.timing.requestTimeoutMs, () => finish(null));
+    const named = this.random.next() < 0.5 ? nodeIdOf(this.owner) : null;
+    this.p.wire.call<string | null>(
+      'read',
+      `read hint of ${this.group}`,
+      (settle) => settle(attempt(() => this.storeFault('read') ?? named)),
+      (to) => (to === null ? 'no hint' : `hint names ${to}`),
+      (outcome) => finish(outcome.ok ? outcome.value : null),
+    );
   }
 
   /** An acquire or renew, raced against the request timeout; its answer is fed back even when late. */

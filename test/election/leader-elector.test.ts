@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError, NotLeaderError, SeededRandom, StoreUnavailableError, VirtualClock } from '../../src/core/index.js';
-import type { Store } from '../../src/core/index.js';
+import type { Lease, Store } from '../../src/core/index.js';
 import { LeaderElector } from '../../src/election/index.js';
 import { MemoryStore } from '../../src/stores/memory/index.js';
 
@@ -464,21 +464,40 @@ describe('LeaderElector: confirmLeadership and releaseOnEnd on a virtual clock',
 });
 
 describe('LeaderElector: transferTo on a virtual clock', () => {
+  /** Electors `ids` of group g in world `w`, and every `elected` as `id@term`, in order. */
+  function cast<const I extends string>(w: ReturnType<typeof world>, ...ids: I[]): { nodes: Record<I, LeaderElector>; elected: string[] } {
+    const elected: string[] = [];
+    const nodes = {} as Record<I, LeaderElector>;
+    for (const id of ids) {
+      const e = w.elector(id);
+      e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
+      nodes[id] = e;
+    }
+    return { nodes, elected };
+  }
+
+  /** `first` starts and leads (term 1), then `others` start and campaign. */
+  async function leadsFirst(w: ReturnType<typeof world>, first: LeaderElector, ...others: LeaderElector[]): Promise<void> {
+    first.start();
+    await w.advance(1);
+    for (const e of others) e.start();
+    await w.advance(100);
+  }
+
+  /** `from.transferTo(to)`, with the virtual instant it resolved at. */
+  function timedTransfer(w: ReturnType<typeof world>, from: LeaderElector, to: string): Promise<{ lease: Lease; at: number }> {
+    return from.transferTo(to).then((lease) => ({ lease, at: w.clock.now() }));
+  }
+
   it('a candidate holding back for a hint naming another node takes over within a renew interval when a newer hint names it', async () => {
     // Two hand-overs in a row, as a rolling restart does: a → b, then b → c. In the first, c
     // wins the released lease, reads the hint naming b, gives the term back and holds back; the
     // second hint names c. A hold-back for the first hint's whole time (3 TTLs) kept c out until
     // the second transfer's bound; it lasts at most one renew interval, then c reads again.
     const w = world();
-    const a = w.elector('a');
-    const b = w.elector('b');
-    const c = w.elector('c');
-    const elected: string[] = [];
-    for (const [id, e] of [['a', a], ['b', b], ['c', c]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
-    a.start();
-    await w.advance(1);
-    c.start();
-    await w.advance(100);
+    const { nodes, elected } = cast(w, 'a', 'b', 'c');
+    const { a, b, c } = nodes;
+    await leadsFirst(w, a, c);
     expect(elected).toEqual(['a@1']);
 
     // Round 1: b does not campaign yet, so c wins the released lease (term 2) and gives it back.
@@ -496,14 +515,9 @@ describe('LeaderElector: transferTo on a virtual clock', () => {
     // Round 2, still within what round 1's hint had left (3 TTLs from ~t=101).
     const started = w.clock.now();
     expect(started).toBeLessThan(101 + 3 * b.timing.ttlMs - b.timing.renewIntervalMs);
-    let takenOverAt: number | null = null;
-    const round2 = b.transferTo('c').then((lease) => {
-      takenOverAt = w.clock.now();
-      return lease;
-    });
+    const round2 = timedTransfer(w, b, 'c');
     await w.advance(b.timing.renewIntervalMs + 2 * b.timing.retryMs);
-    expect(takenOverAt).not.toBeNull();
-    expect((await round2).owner).toBe(c.owner);
+    expect((await round2).lease.owner).toBe(c.owner);
     // Nobody but c led after b: any candidate that won meanwhile (a, back from its resign) gave its term back.
     expect(elected.slice(0, 2)).toEqual(['a@1', 'b@3']);
     expect(elected.slice(2).map((x) => x.split('@')[0])).toEqual(['c']);
@@ -517,15 +531,9 @@ describe('LeaderElector: transferTo on a virtual clock', () => {
     // it named, and campaigns at once, not after the rest of its hold-back (up to a renew
     // interval: 333 ms here).
     const w = world();
-    const a = w.elector('a');
-    const b = w.elector('b');
-    const c = w.elector('c');
-    const elected: string[] = [];
-    for (const [id, e] of [['a', a], ['b', b], ['c', c]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
-    a.start();
-    await w.advance(1);
-    c.start();
-    await w.advance(100);
+    const { nodes, elected } = cast(w, 'a', 'b', 'c');
+    const { a, b, c } = nodes;
+    await leadsFirst(w, a, c);
     const round1 = a.transferTo('b');
     await w.advance(20);
     expect(await w.store.read('g')).toBeNull(); // c won term 2 and gave it back
@@ -538,17 +546,13 @@ describe('LeaderElector: transferTo on a virtual clock', () => {
 
     const started = w.clock.now();
     expect(started - heldBackAt).toBeLessThan(b.timing.renewIntervalMs / 2); // still within c's hold-back
-    let takenOverAt: number | null = null;
-    const transfer = b.transferTo('c').then((lease) => {
-      takenOverAt = w.clock.now();
-      return lease;
-    });
+    const transfer = timedTransfer(w, b, 'c');
     await w.advance(b.timing.renewIntervalMs + 2 * b.timing.retryMs);
     const round2 = await transfer;
-    expect(round2.owner).toBe(c.owner);
+    expect(round2.lease.owner).toBe(c.owner);
     // Taken over within the transfer's own poll (retryMs), not at the end of c's hold-back.
-    expect(takenOverAt! - started).toBeLessThanOrEqual(b.timing.retryMs + 5);
-    expect(elected.slice(2)).toEqual([`c@${round2.term}`]);
+    expect(round2.at - started).toBeLessThanOrEqual(b.timing.retryMs + 5);
+    expect(elected.slice(2)).toEqual([`c@${round2.lease.term}`]);
     for (const e of [a, b, c]) await e.stop();
   });
 
@@ -557,42 +561,26 @@ describe('LeaderElector: transferTo on a virtual clock', () => {
     // transfer and holds back a renew interval (333 ms here); the release of the second names a,
     // so a reads the hint on the release's push and campaigns at once.
     const w = world();
-    const a = w.elector('a');
-    const b = w.elector('b');
-    const elected: string[] = [];
-    for (const [id, e] of [['a', a], ['b', b]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
-    a.start();
-    await w.advance(1);
-    b.start();
-    await w.advance(100);
+    const { nodes, elected } = cast(w, 'a', 'b');
+    const { a, b } = nodes;
+    await leadsFirst(w, a, b);
     const round1 = a.transferTo('b');
     await w.advance(2 * a.timing.retryMs);
     expect((await round1).owner).toBe(b.owner);
     const started = w.clock.now();
-    let takenOverAt: number | null = null;
-    const round2 = b.transferTo('a').then((lease) => {
-      takenOverAt = w.clock.now();
-      return lease;
-    });
+    const round2 = timedTransfer(w, b, 'a');
     await w.advance(b.timing.renewIntervalMs + 2 * b.timing.retryMs);
-    expect((await round2).owner).toBe(a.owner);
-    expect(takenOverAt! - started).toBeLessThanOrEqual(b.timing.retryMs + 5);
+    expect((await round2).lease.owner).toBe(a.owner);
+    expect((await round2).at - started).toBeLessThanOrEqual(b.timing.retryMs + 5);
     expect(elected).toEqual(['a@1', 'b@2', 'a@3']);
     for (const e of [a, b]) await e.stop();
   });
 
   it('a node holding back after a resign keeps holding back when a release names another node', async () => {
     const w = world();
-    const a = w.elector('a');
-    const b = w.elector('b');
-    const c = w.elector('c');
-    const elected: string[] = [];
-    for (const [id, e] of [['a', a], ['b', b], ['c', c]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
-    a.start();
-    await w.advance(1);
-    b.start();
-    c.start();
-    await w.advance(100);
+    const { nodes, elected } = cast(w, 'a', 'b', 'c');
+    const { a, b, c } = nodes;
+    await leadsFirst(w, a, b, c);
     const round1 = a.transferTo('b');
     await w.advance(2 * a.timing.retryMs);
     expect((await round1).owner).toBe(b.owner);
@@ -607,14 +595,9 @@ describe('LeaderElector: transferTo on a virtual clock', () => {
 
   it('a node holding back after a resign keeps holding back when a release comes with no hint', async () => {
     const w = world();
-    const a = w.elector('a');
-    const b = w.elector('b');
-    const elected: string[] = [];
-    for (const [id, e] of [['a', a], ['b', b]] as const) e.on('elected', ({ term }) => elected.push(`${id}@${term}`));
-    a.start();
-    await w.advance(1);
-    b.start();
-    await w.advance(100);
+    const { nodes, elected } = cast(w, 'a', 'b');
+    const { a, b } = nodes;
+    await leadsFirst(w, a, b);
     await a.resign();
     const resignedAt = w.clock.now();
     await w.advance(5);

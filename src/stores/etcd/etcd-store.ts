@@ -505,7 +505,7 @@ export class EtcdStore implements Store {
 
   async close(): Promise<void> {
     if (this.connection.isClosed) return;
-    this.room.cancelRevokes();
+    this.room.cancelTimers();
     for (const [name, w] of this.watched) {
       w.watch.stop();
       this.room.follow(name, false);

@@ -80,8 +80,8 @@ export class WaitingRoom {
   private readonly watches = new Map<string, CandidateWatch>();
   /** Whether `warm` has run. */
   private warmed = false;
-  /** Revokes of emptied leases not sent yet (see `revokeSoon`), and the warm-up's timer (see `warm`). */
-  private readonly revokes = new Set<() => void>();
+  /** Timers not fired yet, each as its cancel: revokes of emptied leases (`revokeSoon`) and the warm-up (`warm`). */
+  private readonly timers = new Set<() => void>();
 
   constructor(private readonly connection: EtcdConnection) {}
 
@@ -194,11 +194,9 @@ export class WaitingRoom {
     if (this.warmed) return;
     this.warmed = true;
     // Later, not now: a new holder's first moments are its claim and its first renews.
-    const cancel = this.connection.clock.setTimer(WARM_DELAY_MS, () => {
-      this.revokes.delete(cancel);
+    this.later(WARM_DELAY_MS, () => {
       if (!this.connection.isClosed) this.sendWarm(name, held);
     });
-    this.revokes.add(cancel);
   }
 
   private sendWarm(name: string, held: HeldKey): void {
@@ -216,16 +214,21 @@ export class WaitingRoom {
    * this revoke's commit. Nothing is on the lease.
    */
   revokeSoon(leaseId: string): void {
-    const cancel = this.connection.clock.setTimer(REVOKE_DELAY_MS, () => {
-      this.revokes.delete(cancel);
-      void this.connection.revoke(leaseId).catch(() => {});
-    });
-    this.revokes.add(cancel);
+    this.later(REVOKE_DELAY_MS, () => void this.connection.revoke(leaseId).catch(() => {}));
   }
 
-  /** Cancel the revokes not sent yet (the store closes: the empty leases expire). */
-  cancelRevokes(): void {
-    for (const cancel of this.revokes) cancel();
-    this.revokes.clear();
+  /** Run `fn` in `ms`, unless `cancelTimers` comes first. */
+  private later(ms: number, fn: () => void): void {
+    const cancel = this.connection.clock.setTimer(ms, () => {
+      this.timers.delete(cancel);
+      fn();
+    });
+    this.timers.add(cancel);
+  }
+
+  /** Cancel what has not run yet: revokes not sent (the store closes: the empty leases expire) and the warm-up. */
+  cancelTimers(): void {
+    for (const cancel of this.timers) cancel();
+    this.timers.clear();
   }
 }

@@ -434,8 +434,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     const started = this.clock.now();
     const hint = await this.call('transfer', this.store.acquire(hintName, this.owner, timeoutMs, { to: target, from: this.owner, term: l.term }));
     if (!hint.acquired) {
-      const to = hint.lease.meta['to'];
-      throw new TransferError(this.group, target, 'busy', `a hand-over of ${this.group} to ${typeof to === 'string' ? to : '?'} by ${hint.lease.owner} is under way for ${hint.lease.remainingMs} ms more`);
+      throw new TransferError(this.group, target, 'busy', `a hand-over of ${this.group} to ${hintTarget(hint.lease) ?? '?'} by ${hint.lease.owner} is under way for ${hint.lease.remainingMs} ms more`);
     }
     const withdraw = (): Promise<void> => this.store.release(hintName, this.owner, hint.lease.term).then(() => undefined, () => undefined);
     if (this.leadership !== l) {
@@ -488,8 +487,8 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
     } catch {
       return 0;
     }
-    const to = hint?.meta['to'];
-    if (!hint || typeof to !== 'string' || this.isNamed(to)) return 0;
+    const to = hintTarget(hint);
+    if (!hint || to === null || this.isNamed(to)) return 0;
     // At most one renew interval at a time, then an acquire reads the hint again: a leader may
     // meanwhile have replaced it with one that names this node (a hold-back for the old hint's
     // whole time kept the named node out past transferTo's bound).
@@ -612,10 +611,7 @@ export class LeaderElector extends TypedEmitter<LeaderElectorEvents> {
         const name = this.transferName;
         const read = name === null ? Promise.resolve(null) : this.call('read-hint', Promise.resolve().then(() => this.store.read(name)));
         read.then(
-          (hint) => {
-            const to = hint?.meta['to'];
-            void this.dispatch({ type: 'hint', id, to: typeof to === 'string' ? to : null });
-          },
+          (hint) => void this.dispatch({ type: 'hint', id, to: hintTarget(hint) }),
           () => void this.dispatch({ type: 'hint', id, to: null }),
         );
         return;
@@ -913,6 +909,12 @@ function deposedLine(reason: DeposedReason): [LogLevel, string] {
     case 'stopped':
       return ['info', 'stepped-down'];
   }
+}
+
+/** The node a hand-over hint names (its meta `to`, as transferTo writes it), or null for no hint or a hint not tenure's. */
+function hintTarget(hint: Lease | null): string | null {
+  const to = hint?.meta['to'];
+  return typeof to === 'string' ? to : null;
 }
 
 function callError(err: unknown): CallError {

@@ -57,8 +57,9 @@ export const followSpec: CommandSpec = {
       'age of the oldest entry not yet delivered by the store\'s own clock ("ms unknown" on etcd).',
     'Stops when CMD exits (exit code: CMD\'s), or on SIGINT/SIGTERM (CMD\'s input is closed; it gets\n' +
       'SIGTERM after --grace, SIGKILL after another --grace). Exit codes: CMD\'s own when it exits by\n' +
-      'itself; 130/143 after SIGINT/SIGTERM; 2 bad usage, or FILE not a seq of stream S (beyond its\n' +
-      'end); 1 store failure or a corrupted entry (CMD gets no further entry).',
+      'itself; 130/143 after SIGINT/SIGTERM; 141 when the reader of tenure\'s output went away; 2 bad\n' +
+      'usage, or FILE not a seq of stream S (beyond its end); 1 store failure or a corrupted entry (CMD\n' +
+      'gets no further entry).',
   ],
   options: {
     stream: { type: 'string', value: 'S', help: 'the stream to follow' },

@@ -36,7 +36,8 @@ export const lockSpec: CommandSpec = {
       'nobody takes the lock for D more. None of these with redlock://.',
     'Exit codes: CMD\'s own code (1 if CMD exited 0 after being stopped because the lock was lost);\n' +
       '4 when the lock was not acquired within --wait; 1 when the store cannot be reached (for redlock://,\n' +
-      'fewer than a quorum of its servers answer); 130/143 after SIGINT/SIGTERM; 2 for bad usage.',
+      'fewer than a quorum of its servers answer); 130/143 after SIGINT/SIGTERM; 141 when the reader of\n' +
+      'tenure\'s output went away (CMD stopped and the lock released, as on SIGTERM); 2 for bad usage.',
   ],
   options: {
     store: STORE_OPTION,

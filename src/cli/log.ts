@@ -80,7 +80,8 @@ export async function logCommand(argv: readonly string[], io: CliIO): Promise<nu
     removeHandlers();
     await store.close();
   }
-  return received ? signalExitCode(received) : 0;
+  // A reader that went away (`tenure log --follow | head`) is a normal end.
+  return received && received !== 'SIGPIPE' ? signalExitCode(received) : 0;
 }
 
 /** Payload text on one line: control characters (newlines, escapes) as JSON escapes. */

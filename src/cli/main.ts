@@ -23,6 +23,7 @@ import { migrateCommand, migrateSpec } from './migrate.js';
 import type { CliIO } from './output.js';
 import { raftCommand, raftSpec } from './raft.js';
 import { runCommand, runSpec } from './run.js';
+import { outputClosed } from './signals.js';
 import { statusCommand, statusSpec } from './status.js';
 import { StoreOpenError } from './store.js';
 
@@ -142,10 +143,16 @@ export async function runCli(): Promise<void> {
   // Deprecation warnings from drivers (gRPC's "TLS ServerName set to an IP address" on etcds://
   // to an IP) are not the user's to act on, and would break "one line per error".
   process.noDeprecation = true;
-  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
-    // A closed pipe (`tenure log | head`) is a normal way for the reader to stop.
-    if (err.code === 'EPIPE') process.exit(EXIT.ok);
-  });
+  // A closed pipe (`tenure log | head`) is a normal way for the reader to stop. A command that
+  // holds something (a lease, a child) winds down as on SIGPIPE: child stopped, lease released
+  // (signals.ts). Else a closed stdout ends the process at once, and a closed stderr loses the
+  // messages while the command finishes with its own exit code. Never an uncaught write error.
+  const closed = (stream: 'stdout' | 'stderr') => (err: NodeJS.ErrnoException): void => {
+    if (err.code !== 'EPIPE') return;
+    if (!outputClosed() && stream === 'stdout') process.exit(EXIT.ok);
+  };
+  process.stdout.on('error', closed('stdout'));
+  process.stderr.on('error', closed('stderr'));
   const code = await main(process.argv.slice(2));
   await Promise.all([flush(process.stdout), flush(process.stderr)]);
   process.exit(code);

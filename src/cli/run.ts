@@ -40,9 +40,10 @@ export const runSpec: CommandSpec = {
       'again on re-election; if it exits by itself while leader, it is restarted with backoff (1s,\n' +
       'doubling to 30s). SIGINT/SIGTERM stop CMD, release the lease and exit.',
     'Durations: 1500, 1500ms, 10s, 2m. Exit codes: with --once, CMD\'s own code (1 if CMD exited 0\n' +
-      'after being stopped because leadership was lost); 130/143 after SIGINT/SIGTERM; 2 for bad usage;\n' +
-      '1 when the store cannot be opened, or fails in a way retrying cannot fix (a lease whose term is\n' +
-      'beyond 2^53 - 1, an unexpected error): CMD is stopped and the lease released first.',
+      'after being stopped because leadership was lost); 130/143 after SIGINT/SIGTERM; 141 when the\n' +
+      'reader of tenure\'s output went away (CMD stopped and the lease released, as on SIGTERM); 2 for\n' +
+      'bad usage; 1 when the store cannot be opened, or fails in a way retrying cannot fix (a lease\n' +
+      'whose term is beyond 2^53 - 1, an unexpected error): CMD is stopped and the lease released first.',
     'With --semaphore N, CMD runs while this process holds one of N permits of G (G/permit/I, which\n' +
       'is TENURE_GROUP): up to N processes run it at once; a lost permit stops CMD and waits for one again.',
   ],

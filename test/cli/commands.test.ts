@@ -105,6 +105,44 @@ describe('tenure run --once', () => {
   });
 });
 
+describe('a closed output pipe', () => {
+  it('tenure run whose stderr reader went away stops its child and releases the lease, exit 141 (as SIGPIPE), not a crash', async () => {
+    const box = sandbox();
+    // The child exits by itself after a while: tenure then reports it (and its restart), on a
+    // stderr nobody reads any more.
+    const script = 'setTimeout(() => process.exit(0), 1500)';
+    const run = start(box, ['run', '--group', 'g', '--ttl', '10s', '--json', '--', process.execPath, '-e', script]);
+    await waitUntil('the child to start', () => run.childPids().length > 0, 20_000);
+    const term = Number(run.events('elected')[0]!.term);
+    run.proc.stderr!.destroy();
+    expect((await run.exited).code).toBe(141);
+    // Released, not left to lapse at its TTL (10 s): the lease is free at once.
+    const status = await tenure(box, ['status', '--json']);
+    expect(status.code).toBe(0);
+    expect(JSON.parse(status.stdout)).toEqual([]);
+    // The next holder gets the next term right away.
+    const next = await tenure(box, ['run', '--group', 'g', '--ttl', '2s', '--once', '--json', '--', 'true'], { timeoutMs: 5_000 });
+    expect(next.code).toBe(0);
+    expect(Number(lines(next.stderr).map((l) => JSON.parse(l) as Record<string, unknown>).find((e) => e.event === 'elected')!.term)).toBe(term + 1);
+  });
+
+  it('tenure log --follow whose reader went away ends with 0', async () => {
+    const box = sandbox();
+    const run = start(box, ['run', '--group', 'g', '--ttl', '2s', '--', 'sleep', '60']);
+    await waitUntil('the run to lead', async () => (await tenure(box, ['status', '--json'])).stdout.includes('"g"'));
+    const appended = await tenure(box, ['append', '--stream', 's', '--token', 'g#1', 'first']);
+    expect(appended.code).toBe(0);
+    const follow = start(box, ['log', '--stream', 's', '--follow']);
+    await waitUntil('the first entry printed', () => follow.stdout.includes('first'));
+    follow.proc.stdout!.destroy();
+    // The next entry's write finds the pipe closed.
+    expect((await tenure(box, ['append', '--stream', 's', '--token', 'g#1', 'second'])).code).toBe(0);
+    expect((await follow.exited).code).toBe(0);
+    run.signal('SIGTERM');
+    expect((await run.exited).code).toBe(143);
+  });
+});
+
 describe('tenure append, log and status', () => {
   it('appends with the token, refuses a stale one with exit code 3, and logs the entries', async () => {
     const box = sandbox();

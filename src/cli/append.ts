@@ -2,7 +2,7 @@
  * `tenure append`: one fenced append. The store refuses a token older than the newest term it
  * has accepted for that lease, in the same transaction as the write; that refusal is exit code 3.
  */
-import { checkName } from '../core/index.js';
+import { InvalidArgumentError, checkName, limits } from '../core/index.js';
 import { parseToken } from '../fencing/index.js';
 import { integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
@@ -61,8 +61,26 @@ export async function appendCommand(argv: readonly string[], io: CliIO, stdin: N
   }
 }
 
+/**
+ * Standard input as the entry's text: refused (bad input, nothing appended) when it is longer than
+ * an entry may be, found while reading (not after holding all of it), or not UTF-8 (decoding it
+ * anyway would store U+FFFD in place of the bytes, silently).
+ */
 async function readAll(input: NodeJS.ReadStream): Promise<string> {
   const chunks: Buffer[] = [];
-  for await (const chunk of input) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer));
-  return Buffer.concat(chunks).toString('utf8');
+  let bytes = 0;
+  for await (const chunk of input) {
+    const b = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+    bytes += b.length;
+    if (bytes > limits.payloadMaxBytes) {
+      input.destroy();
+      throw new InvalidArgumentError('payload', `must be at most ${limits.payloadMaxBytes} bytes; standard input has more`);
+    }
+    chunks.push(b);
+  }
+  try {
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(Buffer.concat(chunks));
+  } catch {
+    throw new InvalidArgumentError('payload', 'standard input is not UTF-8 text; an entry is text: encode binary data first (base64, say)');
+  }
 }

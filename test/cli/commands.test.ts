@@ -195,6 +195,28 @@ describe('tenure append, log and status', () => {
     ]);
   });
 
+  it('append refuses standard input that is not UTF-8 text, or longer than an entry may be: exit 2, nothing appended', async () => {
+    const box = sandbox();
+    const holder = start(box, ['run', '--group', 'g', '--json', '--', 'sleep', '60']);
+    await waitUntil('the run to lead', () => holder.events('elected')[0]);
+    const token = `g#${String(holder.events('elected')[0]!.term)}`;
+    const append = (input: string | Buffer) => tenure(box, ['append', '--stream', 's', '--token', token, '-'], { input });
+    const latin1 = await append(Buffer.from([0x63, 0x61, 0x66, 0xe9])); // "café" in Latin-1
+    expect(latin1.code).toBe(2);
+    expect(lines(latin1.stderr)).toEqual([expect.stringContaining('standard input is not UTF-8 text')]);
+    const big = await append(Buffer.alloc(1024 * 1024 + 1, 0x61));
+    expect(big.code).toBe(2);
+    expect(lines(big.stderr)).toEqual([expect.stringContaining('must be at most 1048576 bytes')]);
+    // What is well formed goes in as it came: a NUL, a tab, a byte-order mark, exactly the limit.
+    expect((await append(Buffer.from('\ufeffa\tb\u0000c'))).code).toBe(0);
+    expect((await append(Buffer.alloc(1024 * 1024, 0x62))).code).toBe(0);
+    const log = await tenure(box, ['log', '--stream', 's', '--json']);
+    const payloads = lines(log.stdout).map((l) => (JSON.parse(l) as { payload: string }).payload);
+    expect(payloads).toEqual(['\ufeffa\tb\u0000c', 'b'.repeat(1024 * 1024)]);
+    holder.signal('SIGTERM');
+    expect((await holder.exited).code).toBe(143);
+  });
+
   it('log --follow prints new entries until interrupted', async () => {
     const box = sandbox();
     const holder = start(box, ['run', '--group', 'feed', '--json', '--', 'sleep', '60']);

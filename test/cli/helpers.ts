@@ -41,7 +41,7 @@ export function sandbox(): Sandbox {
 }
 
 /** Run `tenure ARGS` to completion. */
-export function tenure(box: Sandbox, args: readonly string[], options: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Result> {
+export function tenure(box: Sandbox, args: readonly string[], options: { input?: string | Buffer; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Result> {
   const proc = spawn(process.execPath, [BIN, ...args], { cwd: box.dir, env: options.env ?? box.env, stdio: ['pipe', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';

@@ -4,7 +4,7 @@
  * and help text generated from the same spec so the two never disagree.
  */
 import { parseArgs } from 'node:util';
-import { InvalidArgumentError, checkMs, parseDuration } from '../core/index.js';
+import { InvalidArgumentError, parseDuration } from '../core/index.js';
 
 /** Bad usage: printed as one line, exit code 2. */
 export class UsageError extends Error {
@@ -154,7 +154,16 @@ export function flagOption(values: OptionValues, name: string): boolean {
 export function durationOption(values: OptionValues, name: string, fallbackMs: number, minMs: number, maxMs: number): number {
   const text = stringOption(values, name);
   if (text === undefined) return fallbackMs;
-  return checkMs(`--${name}`, parseDuration(`--${name}`, text), minMs, maxMs);
+  const ms = parseDuration(`--${name}`, text);
+  // Said in the user's own terms: `--ttl 25h` is out of range as 25h, not as 90000000 (ms).
+  if (ms < minMs || ms > maxMs) throw new InvalidArgumentError(`--${name}`, `must be between ${spanOf(minMs)} and ${spanOf(maxMs)}, got ${/^\d+$/.test(text.trim()) ? `${text.trim()}ms` : text.trim()}`);
+  return ms;
+}
+
+/** A duration bound as the options take it: 10ms, 1500ms, 10s, 2m, 24h. */
+function spanOf(ms: number): string {
+  for (const [unit, size] of [['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  return `${ms}ms`;
 }
 
 /** A whole-number option in [min, max]. */

@@ -13,7 +13,8 @@
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { accessSync, constants as fsConstants, readFileSync, readdirSync, statSync } from 'node:fs';
+import { delimiter, join, resolve } from 'node:path';
 import { constants } from 'node:os';
 
 export interface ChildExit {
@@ -258,6 +259,32 @@ function liveMembersOnLinux(pgid: number): number | null {
 /** The conventional exit status for a process ended by `signal`: 128 + its number. */
 export function signalExitCode(signal: NodeJS.Signals): number {
   return 128 + (constants.signals[signal] ?? 0);
+}
+
+/**
+ * Whether CMD can be started, looked up as the child's spawn will (in PATH when it has no slash,
+ * else from `cwd`): null when an executable file is there, else the exit code a shell gives (127 not
+ * found, 126 not executable) and its one line. `run`, `lock` and `follow` ask before they touch
+ * the store: a node that cannot start CMD would otherwise win the group and hold it, failing, while
+ * a node that can waits.
+ */
+export function commandProblem(command: string, env: NodeJS.ProcessEnv, cwd = process.cwd()): { code: 126 | 127; message: string } | null {
+  const dirs = (env.PATH ?? '/usr/bin:/bin').split(delimiter);
+  const candidates = command.includes('/') ? [resolve(cwd, command)] : dirs.map((d) => resolve(cwd, join(d || '.', command)));
+  let denied = false;
+  for (const path of candidates) {
+    try {
+      if (!statSync(path).isFile()) {
+        denied = true; // a directory: execve refuses it with EACCES
+        continue;
+      }
+      accessSync(path, fsConstants.X_OK);
+      return null;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EACCES') denied = true;
+    }
+  }
+  return denied ? { code: 126, message: `permission denied: ${command}` } : { code: 127, message: `command not found: ${command}` };
 }
 
 function startError(command: string, err: NodeJS.ErrnoException): string {

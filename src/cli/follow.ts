@@ -28,7 +28,7 @@ import { ApplyError, Follower, OffsetMismatchError } from '../replication/index.
 import type { FollowerSink } from '../replication/index.js';
 import { durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
-import { signalExitCode } from './child.js';
+import { commandProblem, signalExitCode } from './child.js';
 import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
 import type { TerminationSignal } from './signals.js';
@@ -185,6 +185,12 @@ export async function followCommand(argv: readonly string[], io: CliIO): Promise
   const { values } = args;
   const stream = checkName('--stream', stringOption(values, 'stream'));
   const stateOption = stringOption(values, 'state');
+  const [command, ...commandArgs] = args.command as [string, ...string[]];
+  const problem = commandProblem(command, io.env);
+  if (problem) {
+    io.stderr.write(`tenure follow: ${problem.message}\n`);
+    return problem.code;
+  }
   // Beside the default store (./.tenure/tenure.db); the name keeps any stream name a safe file name.
   const statePath = resolve(stateOption ?? join('.tenure', `follow-${encodeURIComponent(stream)}.seq`));
   if (stateOption === undefined) mkdirSync(dirname(statePath), { recursive: true });
@@ -194,7 +200,6 @@ export async function followCommand(argv: readonly string[], io: CliIO): Promise
   const graceMs = durationOption(values, 'grace', DEFAULT_GRACE_MS, 0, 3_600_000);
   const lagEveryMs = durationOption(values, 'lag', 0, 10, 3_600_000);
   const target = storeTarget(stringOption(values, 'store'), io.env);
-  const [command, ...commandArgs] = args.command as [string, ...string[]];
   const unlock = lockState(statePath);
   try {
     return await follow({ io, stream, statePath, ack, batchSize, pollMs, graceMs, lagEveryMs, target, command, commandArgs });

@@ -1,7 +1,7 @@
 /**
  * `tenure run --once`, `append`, `log` and `status` through the real binary.
  */
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BIN, cleanUp, lines, sandbox, start, tenure, waitUntil } from './helpers.js';
@@ -51,11 +51,22 @@ describe('tenure run --once', () => {
     expect(JSON.parse(status.stdout)).toEqual([]);
   });
 
-  it('exits 127 when the command does not exist', async () => {
+  it('exits 127 when the command does not exist, 126 when it is not executable, before it campaigns', async () => {
     const box = sandbox();
     const r = await tenure(box, ['run', '--group', 'g', '--once', '--', 'no-such-command-tenure-test']);
     expect(r.code).toBe(127);
-    expect(r.stderr).toContain('command not found: no-such-command-tenure-test');
+    expect(lines(r.stderr)).toEqual(['tenure run: command not found: no-such-command-tenure-test']);
+    writeFileSync(join(box.dir, 'not-executable.sh'), '#!/bin/sh\necho hi\n');
+    const denied = await tenure(box, ['run', '--group', 'g', '--', './not-executable.sh']);
+    expect(denied.code).toBe(126);
+    expect(lines(denied.stderr)).toEqual(['tenure run: permission denied: ./not-executable.sh']);
+    const lock = await tenure(box, ['lock', 'L', '--', join(box.dir, 'no-such-dir', 'cmd')]);
+    expect(lock.code).toBe(127);
+    expect(lines(lock.stderr)).toEqual([`tenure lock: command not found: ${join(box.dir, 'no-such-dir', 'cmd')}`]);
+    // No term was taken: a node that cannot start CMD never holds the group from one that can.
+    const next = await tenure(box, ['run', '--group', 'g', '--once', '--json', '--', 'true']);
+    expect(next.code).toBe(0);
+    expect(lines(next.stderr).map((l) => JSON.parse(l) as Record<string, unknown>).find((e) => e.event === 'elected')?.term).toBe(1);
   });
 
   it('exits 128 + n when the child dies of signal n', async () => {

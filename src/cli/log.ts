@@ -7,6 +7,7 @@ import type { StreamEntry } from '../core/index.js';
 import { flagOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
 import { signalExitCode } from './child.js';
+import { printable } from './output.js';
 import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
 import type { TerminationSignal } from './signals.js';
@@ -56,7 +57,7 @@ export async function logCommand(argv: readonly string[], io: CliIO): Promise<nu
     io.stdout.write(
       json
         ? `${JSON.stringify({ seq: e.seq, lease: e.lease, term: e.term, payload: e.payload })}\n`
-        : `${String(e.seq).padStart(6)}  ${e.lease}#${e.term}  ${escapeControl(e.payload)}\n`,
+        : `${String(e.seq).padStart(6)}  ${printable(e.lease)}#${e.term}  ${printable(e.payload)}\n`,
     );
   };
   try {
@@ -82,10 +83,4 @@ export async function logCommand(argv: readonly string[], io: CliIO): Promise<nu
   }
   // A reader that went away (`tenure log --follow | head`) is a normal end.
   return received && received !== 'SIGPIPE' ? signalExitCode(received) : 0;
-}
-
-/** Payload text on one line: control characters (newlines, escapes) as JSON escapes. */
-function escapeControl(text: string): string {
-  // eslint-disable-next-line no-control-regex
-  return text.replace(/[\u0000-\u001f\u007f]/g, (c) => JSON.stringify(c).slice(1, -1));
 }

@@ -20,6 +20,7 @@ import { demoResourceCommand, demoResourceSpec } from './demo-resource-process.j
 import { lockCommand, lockSpec } from './lock.js';
 import { logCommand, logSpec } from './log.js';
 import { migrateCommand, migrateSpec } from './migrate.js';
+import { printable } from './output.js';
 import type { CliIO } from './output.js';
 import { raftCommand, raftSpec } from './raft.js';
 import { runCommand, runSpec } from './run.js';
@@ -135,7 +136,8 @@ function messageOf(err: unknown, urls: readonly string[]): string {
   // Any URL an error quotes (a driver's, say) loses its credentials, and so does the store URL's
   // password where it is quoted without its URL.
   const text = redactSecrets(err instanceof Error ? err.message : String(err), urls);
-  return text.replace(/\s*\n\s*/g, ' ').trim() || String(err);
+  // One line, and nothing in it for the terminal to act on (a store row's text may be quoted).
+  return printable(text.replace(/\s*\n\s*/g, ' ').trim() || String(err));
 }
 
 /** The bin entry: run `main`, flush the output, exit with its code. */

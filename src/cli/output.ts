@@ -31,7 +31,7 @@ export class TransitionLog {
       for (const [k, v] of Object.entries(fields)) if (v !== undefined) record[k] = typeof v === 'string' ? redactSecrets(v) : v;
       this.out.write(`${JSON.stringify(record)}\n`);
     } else {
-      this.out.write(`${this.prefix}: ${redactSecrets(text)}\n`);
+      this.out.write(`${this.prefix}: ${printable(redactSecrets(text))}\n`);
     }
   }
 
@@ -42,6 +42,24 @@ export class TransitionLog {
     this.lastError = { text, at: now };
     this.event(event, text, fields);
   }
+}
+
+/**
+ * Text for a terminal: control characters (C0, DEL, C1) as JSON-style escapes (`\u001b`), so a
+ * name, owner, payload or message that came from a store row, which another program may have
+ * written, cannot move the cursor, retitle the window or clear the screen. Tabs included: a cell
+ * stays one cell.
+ */
+export function printable(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/** Rows as aligned columns (two spaces apart, the last one ragged), every cell made printable. */
+export function printTable(out: Writable, rows: readonly (readonly string[])[]): void {
+  const cells = rows.map((r) => r.map(printable));
+  const widths = (cells[0] ?? []).map((_, i) => Math.max(...cells.map((r) => r[i]!.length)));
+  for (const r of cells) out.write(`${r.map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ').trimEnd()}\n`);
 }
 
 /** `1234` -> `1.2s`, `950` -> `950ms`. */

@@ -6,7 +6,7 @@ import type { Lease } from '../core/index.js';
 import { partitionOwners } from '../election/index.js';
 import { flagOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
-import { formatMs } from './output.js';
+import { formatMs, printTable, printable } from './output.js';
 import type { CliIO } from './output.js';
 import { STORE_OPTION, openCliStore, storeTarget } from './store.js';
 
@@ -67,15 +67,14 @@ export async function statusCommand(argv: readonly string[], io: CliIO): Promise
     return 0;
   }
   if (leases.length === 0) {
-    io.stdout.write(group !== undefined ? `${group}: no leader (no live lease)\n` : 'no live leases\n');
+    io.stdout.write(group !== undefined ? `${printable(group)}: no leader (no live lease)\n` : 'no live leases\n');
     return 0;
   }
   const rows = [
     ['NAME', 'OWNER', 'TERM', 'EXPIRES IN', 'META'],
     ...leases.map((l) => [l.name, l.owner, String(l.term), formatMs(l.remainingMs), Object.keys(l.meta).length ? JSON.stringify(l.meta) : '']),
   ];
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  for (const r of rows) io.stdout.write(`${r.map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ').trimEnd()}\n`);
+  printTable(io.stdout, rows);
   return 0;
 }
 
@@ -86,10 +85,9 @@ function printPartitions(name: string, leases: readonly Lease[], json: boolean, 
     return 0;
   }
   const led = nodes.reduce((n, o) => n + o.shards.length, 0);
-  io.stdout.write(`partitions ${name}: ${nodes.filter((o) => o.member).length} member(s), ${led} shard(s) led\n`);
+  io.stdout.write(`partitions ${printable(name)}: ${nodes.filter((o) => o.member).length} member(s), ${led} shard(s) led\n`);
   if (nodes.length === 0) return 0;
   const rows = [['NODE', 'MEMBER', 'SHARDS', 'LEADS'], ...nodes.map((o) => [o.id, o.member ? 'yes' : 'no', String(o.shards.length), o.shards.join(',')])];
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  for (const r of rows) io.stdout.write(`${r.map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i]!))).join('  ').trimEnd()}\n`);
+  printTable(io.stdout, rows);
   return 0;
 }

@@ -146,7 +146,7 @@ describe('tenure chaos on SQLite', () => {
       [['--nodes=-3'], /--nodes: expected a whole number/],
       [['--nodes', '100000000000000'], /--nodes: must be in \[2, 32\]/],
       [['--duration', 'soon'], /--duration: expected a duration/],
-      [['--duration', '2s'], /--duration: must be in/],
+      [['--duration', '2s'], /--duration: must be between 5500ms and 24h, got 2s/],
       [['--faults', 'pause,nuke'], /--faults: unknown fault 'nuke'/],
       [['--faults', 'cut'], /--faults: cut needs a store URL with host:port/],
       [['--prefix', '../etc'], /--prefix: expected/],

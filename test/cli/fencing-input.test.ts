@@ -71,6 +71,36 @@ describe('tenure status with a lease row whose meta is not JSON', () => {
   });
 });
 
+describe('tenure status and log with terminal escapes in rows another program wrote', () => {
+  it('print them escaped (\\u001b), so the terminal acts on none; --json keeps them exact', async () => {
+    const box = sandbox();
+    const store = new SqliteStore({ path: box.db });
+    const term = (await store.acquire('plain', 'a~1', 60_000)).lease.term;
+    expect(await store.appendFenced({ lease: 'plain', term }, 's', 'entry')).toBe(1);
+    await store.close();
+    const name = 'evil\u001b[31mRED\u001b]0;title\u0007';
+    const owner = 'o\u001b[2J\u009b31m';
+    const { db } = openDatabase(box.db);
+    db.prepare('UPDATE tenure_leases SET name = ?, owner = ?, meta = ? WHERE name = ?').run(name, owner, JSON.stringify({ k: '\u009bX' }), 'plain');
+    db.prepare('UPDATE tenure_streams SET lease = ?').run(name);
+    db.close();
+    // eslint-disable-next-line no-control-regex
+    const controls = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
+    const text = await tenure(box, ['status']);
+    expect(text.code).toBe(0);
+    expect(text.stdout).not.toMatch(controls);
+    expect(text.stdout).toContain('evil\\u001b[31mRED\\u001b]0;title\\u0007');
+    expect(text.stdout).toContain('o\\u001b[2J\\u009b31m');
+    expect(text.stdout).toContain('{"k":"\\u009bX"}');
+    const json = await tenure(box, ['status', '--json']);
+    expect((JSON.parse(json.stdout) as Listed[]).map((l) => [l.name, (l as Listed & { owner: string }).owner, l.meta])).toEqual([[name, owner, { k: '\u009bX' }]]);
+    const log = await tenure(box, ['log', '--stream', 's']);
+    expect(log.code).toBe(0);
+    expect(log.stdout).not.toMatch(controls);
+    expect(log.stdout).toContain('evil\\u001b[31mRED');
+  });
+});
+
 describe('tenure append into a stream another lease owns', () => {
   it('exits 2 with one line naming the owner, and writes nothing', async () => {
     const box = sandbox();

@@ -204,6 +204,23 @@ describe('tenure append, log and status', () => {
       expect.stringMatching(new RegExp(`^\\s+3  billing#${t2}  from stdin$`)),
       expect.stringMatching(new RegExp(`^\\s+4  billing#${t2}  at the head$`)),
     ]);
+
+    // A window of the stream: after entry N, at most M of them.
+    const seqs = async (args: string[]) => {
+      const r = await tenure(box, ['log', '--stream', 'invoices', '--json', ...args]);
+      expect(r.code, r.stderr).toBe(0);
+      return lines(r.stdout).map((l) => (JSON.parse(l) as { seq: number }).seq);
+    };
+    expect(await seqs(['--after', '1', '--limit', '2'])).toEqual([2, 3]);
+    expect(await seqs(['--after', '3'])).toEqual([4]);
+    expect(await seqs(['--limit', '1'])).toEqual([1]);
+    expect(await seqs(['--after', '4'])).toEqual([]);
+    expect(await seqs(['--after', '2', '--limit', '2', '--follow'])).toEqual([3, 4]); // --limit reached ends a --follow too
+    for (const bad of [['--limit', '0'], ['--after', 'x'], ['--limit', '1.5']]) {
+      const r = await tenure(box, ['log', '--stream', 'invoices', ...bad]);
+      expect(r.code).toBe(2);
+      expect(lines(r.stderr)).toHaveLength(1);
+    }
   });
 
   it('append refuses standard input that is not UTF-8 text, or longer than an entry may be: exit 2, nothing appended', async () => {

@@ -41,7 +41,7 @@ describe('etcd URL parsing', () => {
   });
 
   it('rejects half credentials and contradictions', () => {
-    for (const bad of ['etcd://root@h:2379', 'etcd://:pw@h:2379', 'etcd://h:2379?cert=/a.pem', 'etcds://h:2379?tls=0', 'etcd://h:2379?tls=maybe', 'etcd://h:2379?ca=', 'etcd://u:%zz@h:2379']) {
+    for (const bad of ['etcd://root@h:2379', 'etcd://:pw@h:2379', 'etcd://h:2379?cert=/a.pem', 'etcds://h:2379?tls=0', 'etcd://h:2379?tls=maybe', 'etcd://h:2379?ca=', 'etcd://u:%zz@h:2379', 'etcd://h:2379?prefx=app/', 'etcd://h:2379?timeout=5000']) {
       expect(() => parseStoreUrl(bad), bad).toThrow(InvalidArgumentError);
     }
   });

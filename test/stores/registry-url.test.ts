@@ -20,6 +20,7 @@ const kindsMatch: [RegistryKind, StoreOptions['kind']] extends [StoreOptions['ki
 
 /** A URL of `scheme` that its backend reads: host and port, plus what a scheme cannot do without (azblob's account, key and container). */
 function sampleUrl(scheme: string): string {
+  if (/^memory$/i.test(scheme)) return `${scheme}:`; // it takes nothing after the colon
   return /^azblobs?$/i.test(scheme) ? `${scheme}://acct:a2V5@127.0.0.1:1/tenure` : `${scheme}://127.0.0.1:1`;
 }
 
@@ -69,6 +70,20 @@ describe('store registry', () => {
     }
     // The list as users have seen it since 1.0 (derived from the registry now).
     expect(availableSchemes()).toBe('sqlite:PATH, memory:, postgres://, mysql://, redis://, etcd://, etcds://, raft://, rafts://, zk://, azblob://, azblobs:// (and redlock:// for tenure lock)');
+  });
+
+  it('refuses options a store does not take, rather than ignore them', () => {
+    // Ignored, `?prefix=` on SQLite became part of the file's name (a second database with the
+    // default tables), and a misspelt etcd option put the app in the default key space.
+    expect(refusal('sqlite:./app.db?prefix=app_')).toBe("store: sqlite:PATH takes no options, got 'prefix' after '?' (a file name with '?' is not supported)");
+    expect(refusal('sqlite:./app.db?password=hunter2')).not.toContain('hunter2');
+    expect(refusal('sqlite:///srv/t.db?x')).toContain('sqlite:PATH takes no options');
+    expect(refusal('memory:?prefix=x')).toBe("store: memory: takes nothing after the colon, got 'memory:?prefix=x'");
+    expect(refusal('memory:x')).toContain('memory: takes nothing after the colon');
+    expect(refusal('etcd://127.0.0.1:2379?prefx=app/')).toBe("store: unknown etcd:// parameter 'prefx' (known: prefix, tls, ca, cert, key)");
+    expect(parseStoreUrl('memory:')).toEqual({ kind: 'memory' });
+    expect(parseStoreUrl('memory://')).toEqual({ kind: 'memory' });
+    expect(parseStoreUrl('sqlite:./app.db')).toEqual({ kind: 'sqlite', path: './app.db' });
   });
 
   it('refuses redlock:// as a store with its own message', () => {

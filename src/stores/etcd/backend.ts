@@ -35,6 +35,11 @@ function parseEtcdUrl(url: string): EtcdOpenOptions {
     auth = { username, password };
   }
   const params = new URLSearchParams(m[4] ?? '');
+  // A misspelt option (`?prefx=app/`) is refused, never ignored: ignored, it would put the app in
+  // the default key space.
+  for (const key of params.keys()) {
+    if (!KNOWN_PARAMS.includes(key)) throw new InvalidArgumentError('store', `unknown etcd:// parameter '${key}' (known: ${KNOWN_PARAMS.join(', ')})`);
+  }
   const namespace = params.get('prefix');
   const flag = params.get('tls');
   if (flag !== null && !/^(1|0|true|false|on|off)$/i.test(flag)) throw new InvalidArgumentError('store', `tls must be 1 or 0, got '${flag}'`);
@@ -47,6 +52,8 @@ function parseEtcdUrl(url: string): EtcdOpenOptions {
   const tls = Object.fromEntries(Object.entries(files).filter(([, v]) => v !== null)) as { caFile?: string; certFile?: string; keyFile?: string };
   return { kind: 'etcd', hosts, ...(namespace !== null ? { namespace } : {}), ...(auth ? { auth } : {}), ...(tlsOn ? { tls } : {}) };
 }
+
+const KNOWN_PARAMS: readonly string[] = ['prefix', 'tls', 'ca', 'cert', 'key'];
 
 function safeDecode(s: string): string | null {
   try {

@@ -28,7 +28,9 @@ export function toLease(row: LeaseRow & { owner: string }, nowMs: number): Lease
     term: row.term,
     meta: row.meta,
     ttlMs: row.ttlMs,
-    remainingMs: Math.max(0, row.expiresAtMs - nowMs),
+    // Never more than the TTL: (now + ttl) - now can come out one ulp above ttl in floating point
+    // (the contract suite once saw 5000.000000000001 for a 5000 ms lease on the memory store).
+    remainingMs: Math.min(row.ttlMs, Math.max(0, row.expiresAtMs - nowMs)),
   };
 }
 

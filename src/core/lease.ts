@@ -28,9 +28,11 @@ export function toLease(row: LeaseRow & { owner: string }, nowMs: number): Lease
     term: row.term,
     meta: row.meta,
     ttlMs: row.ttlMs,
-    // Never more than the TTL: (now + ttl) - now can come out one ulp above ttl in floating point
-    // (the contract suite once saw 5000.000000000001 for a 5000 ms lease on the memory store).
-    remainingMs: Math.min(row.ttlMs, Math.max(0, row.expiresAtMs - nowMs)),
+    // To the microsecond: (now + ttl) - now can come out one ulp above ttl in floating point (the
+    // contract suite once saw 5000.000000000001 for a 5000 ms lease on the memory store); a TTL is
+    // whole ms, so a fresh lease never reads above it. A row that says more (written by hand) is
+    // reported as it says.
+    remainingMs: Math.max(0, Math.round((row.expiresAtMs - nowMs) * 1000) / 1000),
   };
 }
 

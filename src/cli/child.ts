@@ -261,14 +261,24 @@ export function signalExitCode(signal: NodeJS.Signals): number {
   return 128 + (constants.signals[signal] ?? 0);
 }
 
+/** CMD cannot be started: exit code 127 (not found) or 126 (not executable), as a shell gives them. */
+export class UnstartableCommandError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: 126 | 127,
+  ) {
+    super(message);
+    this.name = 'UnstartableCommandError';
+  }
+}
+
 /**
- * Whether CMD can be started, looked up as the child's spawn will (in PATH when it has no slash,
- * else from `cwd`): null when an executable file is there, else the exit code a shell gives (127 not
- * found, 126 not executable) and its one line. `run`, `lock` and `follow` ask before they touch
- * the store: a node that cannot start CMD would otherwise win the group and hold it, failing, while
- * a node that can waits.
+ * Look CMD up as the child's spawn will (in PATH when it has no slash, else from `cwd`) and throw
+ * UnstartableCommandError unless an executable file is there. `run`, `lock` and `follow` call it
+ * before they touch the store: a node that cannot start CMD would otherwise win the group and
+ * hold it, failing, while a node that can waits.
  */
-export function commandProblem(command: string, env: NodeJS.ProcessEnv, cwd = process.cwd()): { code: 126 | 127; message: string } | null {
+export function checkStartable(command: string, env: NodeJS.ProcessEnv, cwd = process.cwd()): void {
   const dirs = (env.PATH ?? '/usr/bin:/bin').split(delimiter);
   const candidates = command.includes('/') ? [resolve(cwd, command)] : dirs.map((d) => resolve(cwd, join(d || '.', command)));
   let denied = false;
@@ -279,12 +289,12 @@ export function commandProblem(command: string, env: NodeJS.ProcessEnv, cwd = pr
         continue;
       }
       accessSync(path, fsConstants.X_OK);
-      return null;
+      return;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'EACCES') denied = true;
     }
   }
-  return denied ? { code: 126, message: `permission denied: ${command}` } : { code: 127, message: `command not found: ${command}` };
+  throw denied ? new UnstartableCommandError(`permission denied: ${command}`, 126) : new UnstartableCommandError(`command not found: ${command}`, 127);
 }
 
 function startError(command: string, err: NodeJS.ErrnoException): string {

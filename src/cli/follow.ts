@@ -28,7 +28,7 @@ import { ApplyError, Follower, OffsetMismatchError } from '../replication/index.
 import type { FollowerSink } from '../replication/index.js';
 import { durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
-import { commandProblem, signalExitCode } from './child.js';
+import { checkStartable, signalExitCode } from './child.js';
 import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
 import type { TerminationSignal } from './signals.js';
@@ -186,11 +186,7 @@ export async function followCommand(argv: readonly string[], io: CliIO): Promise
   const stream = checkName('--stream', stringOption(values, 'stream'));
   const stateOption = stringOption(values, 'state');
   const [command, ...commandArgs] = args.command as [string, ...string[]];
-  const problem = commandProblem(command, io.env);
-  if (problem) {
-    io.stderr.write(`tenure follow: ${problem.message}\n`);
-    return problem.code;
-  }
+  checkStartable(command, io.env);
   // Beside the default store (./.tenure/tenure.db); the name keeps any stream name a safe file name.
   const statePath = resolve(stateOption ?? join('.tenure', `follow-${encodeURIComponent(stream)}.seq`));
   if (stateOption === undefined) mkdirSync(dirname(statePath), { recursive: true });

@@ -9,7 +9,7 @@ import { maxPermits, openRedlock, parseRedlockUrl } from '../locks/index.js';
 import type { AcquireOptions, LockHandle, Redlock } from '../locks/index.js';
 import { UsageError, durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
-import { ChildJob, commandProblem, exitOrAbort, signalExitCode } from './child.js';
+import { ChildJob, checkStartable, exitOrAbort, signalExitCode } from './child.js';
 import { TransitionLog, childStopReport, describeExit, formatMs } from './output.js';
 import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
@@ -79,11 +79,7 @@ export async function lockCommand(argv: readonly string[], io: CliIO): Promise<n
   }
   const target = redlockUrl ? { url: redlockUrl, display: redactUrl(redlockUrl) } : storeTarget(storeFlag, io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
-  const problem = commandProblem(command, io.env);
-  if (problem) {
-    io.stderr.write(`tenure lock: ${problem.message}\n`);
-    return problem.code;
-  }
+  checkStartable(command, io.env);
   const log = new TransitionLog(io.stderr, flagOption(values, 'json'), { lock: name });
 
   const source = redlockUrl ? await openRedlockSource(redlockUrl, target.display) : await openStoreSource(target as StoreTarget, kind, lockDelayMs);

@@ -27,6 +27,7 @@ import { runCommand, runSpec } from './run.js';
 import { outputClosed } from './signals.js';
 import { statusCommand, statusSpec } from './status.js';
 import { StoreOpenError } from './store.js';
+import { UnstartableCommandError } from './child.js';
 
 export const EXIT = { ok: 0, failure: 1, usage: 2, stale: 3, notAcquired: 4 } as const;
 
@@ -124,6 +125,7 @@ export function exitCodeFor(err: unknown): number {
   if (err instanceof StaleTermError) return EXIT.stale;
   if (err instanceof LockTimeoutError) return EXIT.notAcquired;
   if (err instanceof StoreOpenError) return EXIT.failure;
+  if (err instanceof UnstartableCommandError) return err.exitCode;
   if (err instanceof TenureError) {
     if (err.code === 'INVALID_ARGUMENT') return EXIT.usage;
     if (err.code === 'STALE_TERM') return EXIT.stale;

@@ -45,14 +45,17 @@ export class TransitionLog {
 }
 
 /**
- * Text for a terminal: control characters (C0, DEL, C1) as JSON-style escapes (`\u001b`), so a
- * name, owner, payload or message that came from a store row, which another program may have
- * written, cannot move the cursor, retitle the window or clear the screen. Tabs included: a cell
- * stays one cell.
+ * Text for a terminal: control characters (C0, DEL, C1) as JSON escapes (`\n`, `\t`, `\u001b`;
+ * C1, which JSON leaves as it is, as `\u009b`), so a name, owner, payload or message that came
+ * from a store row, which another program may have written, cannot move the cursor, retitle the
+ * window or clear the screen. Tabs included: a cell stays one cell.
  */
 export function printable(text: string): string {
   // eslint-disable-next-line no-control-regex
-  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => {
+    const json = JSON.stringify(c).slice(1, -1);
+    return json.length > 1 ? json : `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
+  });
 }
 
 /** Rows as aligned columns (two spaces apart, the last one ragged), every cell made printable. */

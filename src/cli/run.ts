@@ -12,7 +12,7 @@ import { maxPermits } from '../locks/index.js';
 import type { LockHandle, Semaphore } from '../locks/index.js';
 import { durationOption, flagOption, integerOption, parseCommand, renderHelp, stringOption } from './args.js';
 import type { CommandSpec } from './args.js';
-import { ChildJob, commandProblem, exitOrAbort, pauseUnlessAborted, signalExitCode } from './child.js';
+import { ChildJob, checkStartable, exitOrAbort, pauseUnlessAborted, signalExitCode } from './child.js';
 import { TransitionLog, childStopReport, describeExit, formatMs } from './output.js';
 import type { CliIO } from './output.js';
 import { onTermination } from './signals.js';
@@ -81,11 +81,7 @@ export async function runCommand(argv: readonly string[], io: CliIO): Promise<nu
   const target = storeTarget(stringOption(values, 'store'), io.env);
   const [command, ...commandArgs] = args.command as [string, ...string[]];
   const commandLine = args.command.join(' ');
-  const problem = commandProblem(command, io.env);
-  if (problem) {
-    io.stderr.write(`tenure run: ${problem.message}\n`);
-    return problem.code;
-  }
+  checkStartable(command, io.env);
 
   const store = await openCliStore(target);
   try {

@@ -81,6 +81,10 @@ describe('store registry', () => {
     expect(refusal('memory:?prefix=x')).toBe("store: memory: takes nothing after the colon, got 'memory:?prefix=x'");
     expect(refusal('memory:x')).toContain('memory: takes nothing after the colon');
     expect(refusal('etcd://127.0.0.1:2379?prefx=app/')).toBe("store: unknown etcd:// parameter 'prefx' (known: prefix, tls, ca, cert, key)");
+    // Given twice is ambiguous: refused, not read as the first.
+    expect(refusal('etcd://127.0.0.1:2379?prefix=a/&prefix=b/')).toBe("store: etcd:// parameter 'prefix' is given twice");
+    expect(refusal('zk://127.0.0.1:2181?timeout=1s&timeout=2s')).toBe("store: zk:// parameter 'timeout' is given twice");
+    expect(refusal(`zk://127.0.0.1:2181?${'k'.repeat(5000)}=1`)).toBe(`store: unknown zk:// parameter '${'k'.repeat(40)}' (known: timeout)`);
     expect(parseStoreUrl('memory:')).toEqual({ kind: 'memory' });
     expect(parseStoreUrl('memory://')).toEqual({ kind: 'memory' });
     expect(parseStoreUrl('sqlite:./app.db')).toEqual({ kind: 'sqlite', path: './app.db' });

@@ -7,6 +7,7 @@
 import { readFile } from 'node:fs/promises';
 import { InvalidArgumentError, redactUrl } from '../../core/index.js';
 import type { StoreBackend } from '../backend.js';
+import { checkUrlParams } from '../url-params.js';
 
 export interface EtcdOpenOptions {
   kind: 'etcd';
@@ -35,11 +36,7 @@ function parseEtcdUrl(url: string): EtcdOpenOptions {
     auth = { username, password };
   }
   const params = new URLSearchParams(m[4] ?? '');
-  // A misspelt option (`?prefx=app/`) is refused, never ignored: ignored, it would put the app in
-  // the default key space.
-  for (const key of params.keys()) {
-    if (!KNOWN_PARAMS.includes(key)) throw new InvalidArgumentError('store', `unknown etcd:// parameter '${key}' (known: ${KNOWN_PARAMS.join(', ')})`);
-  }
+  checkUrlParams(params, KNOWN_PARAMS, 'etcd:// parameter');
   const namespace = params.get('prefix');
   const flag = params.get('tls');
   if (flag !== null && !/^(1|0|true|false|on|off)$/i.test(flag)) throw new InvalidArgumentError('store', `tls must be 1 or 0, got '${flag}'`);

@@ -14,6 +14,7 @@
 import { readFile } from 'node:fs/promises';
 import { InvalidArgumentError, checkMs, parseDuration, redactUrl } from '../../core/index.js';
 import type { StoreBackend } from '../backend.js';
+import { checkUrlParams } from '../url-params.js';
 import type { RaftClientTlsOptions } from './client-connection.js';
 
 export interface RaftOpenOptions {
@@ -76,10 +77,7 @@ export function parseRaftUrl(url: string): RaftOpenOptions {
     seen.add(key);
   }
   const params = new URLSearchParams(m[3] ?? '');
-  for (const key of new Set(params.keys())) {
-    if (!OPTIONS.includes(key)) throw bad(`unknown option '${key.slice(0, 40)}' (known: ${OPTIONS.join(', ')})`);
-    if (params.getAll(key).length > 1) throw bad(`option '${key}' is given twice`);
-  }
+  checkUrlParams(params, OPTIONS, 'option', bad);
   const out: RaftOpenOptions = { kind: 'raft', members };
   const cluster = params.get('cluster');
   if (cluster !== null) {

@@ -5,6 +5,7 @@
  */
 import { InvalidArgumentError, parseDuration, redactUrl } from '../../core/index.js';
 import type { StoreBackend } from '../backend.js';
+import { checkUrlParams } from '../url-params.js';
 
 export interface ZookeeperOpenOptions {
   kind: 'zookeeper';
@@ -53,9 +54,7 @@ function parseZkUrl(url: string): ZookeeperOpenOptions {
   }
   const params = new URLSearchParams(m[4] ?? '');
   let requestTimeoutMs: number | undefined;
-  for (const key of params.keys()) {
-    if (key !== 'timeout') throw new InvalidArgumentError('store', `unknown zk:// parameter '${key}' (known: timeout)`);
-  }
+  checkUrlParams(params, ['timeout'], 'zk:// parameter');
   const timeout = params.get('timeout');
   if (timeout !== null) {
     requestTimeoutMs = parseDuration('timeout', timeout);
